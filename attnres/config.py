@@ -1,0 +1,496 @@
+"""Typed, frozen configuration of one run: the model, the data, the training recipe and the runtime.
+
+This module imports no torch, so the CLI, the sweeps and the analysis start fast. Every field carries a
+one-line docstring; ``attnres train --help`` prints them. Cross-field rules are checked in ``__post_init__``
+with an error that names the field, the allowed values and the fix, so bad input fails before any compute.
+
+Precedence when a run is configured: dataclass defaults < YAML file < ``key=value`` overrides
+(see :func:`resolve_run_config`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import hashlib
+import inspect
+import json
+import math
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+RESIDUALS = ("baseline", "full", "block")
+Residual = Literal["baseline", "full", "block"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and how to fix it."""
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _require(value > 0, f"{type(obj).__name__}.{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only language model and its depth mixing (the residual variant)."""
+
+    vocab_size: int = 256
+    """Vocabulary size (256 for the built-in byte-level tokens)."""
+    n_layer: int = 4
+    """Transformer blocks; the model has L = 2 * n_layer sublayers (attention and MLP each count as one)."""
+    d_model: int = 128
+    """Width of the residual stream and of every sublayer's input and output."""
+    n_head: int = 4
+    """Attention heads; d_model must be divisible by n_head."""
+    seq_len: int = 256
+    """Context length in tokens."""
+    residual: Residual = "block"
+    """Depth mixing: baseline (PreNorm residual sum), full (Full AttnRes) or block (Block AttnRes)."""
+    n_blocks: int = 4
+    """Block AttnRes: number of depth blocks N, from 1 to 2 * n_layer (used only when residual is block)."""
+    d_ff: int | None = None
+    """SwiGLU hidden width; None means 8/3 * d_model rounded up to a multiple of 32."""
+    rope_base: float = 10000.0
+    """RoPE base frequency."""
+    norm_eps: float = 1e-6
+    """Epsilon of every RMSNorm (PreNorms, final norm and the depth-attention key norms)."""
+    tie_embeddings: bool = False
+    """Share the token embedding matrix with the LM head."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation of embeddings and linear weights."""
+    key_norm_gain: bool = True
+    """Depth-attention key RMSNorm with a learnable gain (the paper's pseudocode); False: parameter-free."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "vocab_size", "n_layer", "d_model", "n_head", "seq_len", "rope_base", "norm_eps")
+        _require(self.init_std > 0, f"ModelConfig.init_std must be positive, got {self.init_std!r}")
+        _require(
+            self.residual in RESIDUALS,
+            f"ModelConfig.residual={self.residual!r} is not a known depth mixing; allowed: {', '.join(RESIDUALS)}",
+        )
+        _require(
+            self.d_model % self.n_head == 0,
+            f"ModelConfig.d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+            f"pick n_head among the divisors of d_model, e.g. {_divisors_near(self.d_model, self.n_head)}",
+        )
+        _require(
+            (self.d_model // self.n_head) % 2 == 0,
+            f"ModelConfig: head dimension d_model / n_head = {self.d_model // self.n_head} must be even for RoPE",
+        )
+        if self.residual == "block":
+            _require(
+                1 <= self.n_blocks <= self.n_sublayers,
+                f"ModelConfig.n_blocks={self.n_blocks} is out of range for n_layer={self.n_layer}: Block AttnRes "
+                f"needs 1 <= n_blocks <= 2 * n_layer = {self.n_sublayers} (the paper recommends about 8)",
+            )
+        if self.d_ff is not None:
+            _require(self.d_ff > 0, f"ModelConfig.d_ff must be positive or None, got {self.d_ff!r}")
+
+    @property
+    def n_sublayers(self) -> int:
+        """L: every attention and every MLP sublayer counts as one AttnRes layer."""
+        return 2 * self.n_layer
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def hidden_dim(self) -> int:
+        """SwiGLU hidden width."""
+        if self.d_ff is not None:
+            return self.d_ff
+        return 32 * math.ceil(8 * self.d_model / 3 / 32)
+
+    @property
+    def effective_n_blocks(self) -> int | None:
+        """Depth blocks actually used: L for Full AttnRes, n_blocks for Block, None for the baseline."""
+        return {"baseline": None, "full": self.n_sublayers, "block": self.n_blocks}[self.residual]
+
+    @property
+    def block_starts(self) -> tuple[int, ...]:
+        """0-based index of the first sublayer of every depth block (AttnRes variants).
+
+        N blocks split the L sublayers as evenly as possible, longer blocks first, so every block is
+        non-empty and, when N does not divide L, the last block(s) are one sublayer shorter; with N | L
+        this is the paper's S = L / N. Full AttnRes is N = L (one sublayer per block).
+        """
+        n = self.effective_n_blocks
+        if n is None:
+            return ()
+        size, extra = divmod(self.n_sublayers, n)
+        starts, at = [], 0
+        for k in range(n):
+            starts.append(at)
+            at += size + (1 if k < extra else 0)
+        return tuple(starts)
+
+    @property
+    def block_size(self) -> int | None:
+        """S: sublayers in the longest depth block (1 for Full, L for a single block)."""
+        n = self.effective_n_blocks
+        return None if n is None else math.ceil(self.n_sublayers / n)
+
+
+def _divisors_near(n: int, target: int) -> list[int]:
+    divisors = [d for d in range(1, n + 1) if n % d == 0 and (n // d) % 2 == 0]
+    return sorted(divisors, key=lambda d: abs(d - target))[:3]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the training text comes from and how it is split."""
+
+    corpus: str = "builtin"
+    """builtin (KJV Bible + Shakespeare, shipped with the package), or a path to a text file or a folder of .txt files."""
+    val_fraction: float = 0.02
+    """Fraction of the corpus's contiguous chunks held out for validation."""
+    chunk_tokens: int = 8192
+    """Size of the contiguous chunks the train/validation split is made of."""
+    split_seed: int = 1234
+    """Seed choosing which chunks are validation chunks (fixed, so every run sees the same split)."""
+
+    def __post_init__(self) -> None:
+        _require(
+            0.0 < self.val_fraction < 0.5,
+            f"DataConfig.val_fraction must be in (0, 0.5), got {self.val_fraction!r}",
+        )
+        _positive(self, "chunk_tokens")
+        _require(str(self.corpus).strip() != "", "DataConfig.corpus is empty; use 'builtin' or a path to text")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training recipe. Everything here changes the result, so it is part of the run id."""
+
+    tokens: int | None = None
+    """Token budget; exactly one of tokens and flops may be set (neither: 2,000,000 tokens)."""
+    flops: float | None = None
+    """Training-FLOP budget, converted to tokens with the model's FLOP counter."""
+    batch_size: int = 16
+    """Sequences per optimizer step (global, across devices)."""
+    lr: float = 3e-3
+    """Peak learning rate of AdamW."""
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """cosine: linear warm-up then cosine decay to min_lr_ratio * lr (the paper's); wsd: warm-up, stable, decay."""
+    warmup_frac: float = 0.05
+    """Fraction of the steps spent in linear warm-up."""
+    min_lr_ratio: float = 0.1
+    """Floor of the schedule as a fraction of the peak learning rate."""
+    wsd_decay_frac: float = 0.2
+    """WSD: fraction of the steps spent in the final linear decay."""
+    weight_decay: float = 0.1
+    """Decoupled AdamW weight decay on linear weights (never on norms, gains, pseudo-queries or embeddings)."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 disables clipping)."""
+    eval_interval: int = 100
+    """Evaluate on the validation set every this many steps (and always at the end)."""
+    eval_tokens: int = 65536
+    """Validation tokens per evaluation (a fixed prefix of the validation split)."""
+    log_interval: int = 10
+    """Write a training-loss row to metrics.parquet every this many steps."""
+    seed: int = 0
+    """Seed of the initialisation and of the training data order."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.tokens is None or self.flops is None,
+            f"TrainConfig: set either tokens ({self.tokens}) or flops ({self.flops}), not both",
+        )
+        if self.tokens is not None:
+            _require(self.tokens > 0, f"TrainConfig.tokens must be positive, got {self.tokens!r}")
+        if self.flops is not None:
+            _require(self.flops > 0, f"TrainConfig.flops must be positive, got {self.flops!r}")
+        _positive(self, "batch_size", "lr", "eval_interval", "eval_tokens", "log_interval", "eps")
+        _require(0.0 <= self.warmup_frac < 1.0, f"TrainConfig.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        _require(0.0 <= self.min_lr_ratio <= 1.0, f"TrainConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        _require(
+            0.0 < self.wsd_decay_frac <= 1.0 - self.warmup_frac,
+            f"TrainConfig.wsd_decay_frac must be in (0, 1 - warmup_frac], got {self.wsd_decay_frac}",
+        )
+        _require(self.weight_decay >= 0, f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay}")
+        _require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "TrainConfig.beta1 and beta2 must be in [0, 1)")
+        _require(self.grad_clip >= 0, f"TrainConfig.grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
+        _require(self.seed >= 0, f"TrainConfig.seed must be >= 0, got {self.seed}")
+
+
+DEFAULT_TOKENS = 2_000_000
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How and where a run executes. None of it changes the result by design, so it is not in the run id."""
+
+    accelerator: Literal["auto", "cpu", "gpu"] = "auto"
+    """Lightning accelerator: auto picks a GPU when one is visible."""
+    devices: int = 1
+    """Devices per node; more than one uses DDP."""
+    num_nodes: int = 1
+    """Nodes; more than one uses DDP across nodes (SLURM sets the ranks)."""
+    precision: Literal["auto", "32-true", "bf16-mixed"] = "auto"
+    """auto: bf16 autocast on GPU, fp32 on CPU."""
+    threads: int = 0
+    """CPU threads for torch (0: leave torch's default)."""
+    checkpoint_interval: int = 50
+    """Save the resumable checkpoint every this many steps (and at the end)."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+    compile: bool = False
+    """Compile the model with torch.compile (faster on GPU after a warm-up; off by default)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "devices", "num_nodes", "checkpoint_interval")
+        _require(self.threads >= 0, f"RuntimeConfig.threads must be >= 0, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run: the unit a sweep is made of and a run folder holds."""
+
+    sweep: str = "adhoc"
+    """Name of the sweep the run belongs to (the results sub-folder)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The model (see the model.* fields)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The data (see the data.* fields)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The training recipe (see the train.* fields)."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """Execution settings (see the runtime.* fields)."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.sweep and all(c.isalnum() or c in "-_." for c in self.sweep),
+            f"RunConfig.sweep={self.sweep!r} must be a non-empty name of letters, digits, '-', '_' or '.'",
+        )
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What makes the run: model, data and recipe (not the runtime, not the sweep name)."""
+        return {"model": to_dict(self.model), "data": to_dict(self.data), "train": to_dict(self.train)}
+
+    @property
+    def run_id(self) -> str:
+        """A stable, readable function of the run's identity: ``<variant>-L<n_layer>-d<d_model>-<hash>``."""
+        m = self.model
+        variant = m.residual if m.residual != "block" else f"block{m.n_blocks}"
+        digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()[:10]
+        return f"{variant}-L{m.n_layer}-d{m.d_model}-s{self.train.seed}-{digest}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# dict <-> dataclass, with type checking and clear errors
+# ---------------------------------------------------------------------------------------------------------
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "runtime": RuntimeConfig}
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A plain, YAML-friendly dict of a (nested) config dataclass."""
+    return dataclasses.asdict(obj)
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstring under every field of a dataclass (what ``--help`` prints)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in get_args(tp))
+    return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; accept the string forms YAML and the CLI produce."""
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
+            if type(None) in args:
+                return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as err:
+                errors.append(err)
+        raise ConfigError(f"{where} must be {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value in allowed:
+            return value
+        hint = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        raise ConfigError(
+            f"{where}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        number = _number(value)
+        if number is not None and float(number).is_integer():
+            return int(number)
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        number = _number(value)
+        if number is not None:
+            return float(number)
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    raise TypeError(f"unsupported config annotation {tp!r} at {where}")  # a bug in this module, not user input
+
+
+def _number(value: Any) -> float | int | None:
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value.replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _unknown_key(where: str, key: str, allowed: list[str]) -> ConfigError:
+    hint = difflib.get_close_matches(key, allowed, n=1)
+    return ConfigError(
+        f"unknown config key {where}{key!r}"
+        + (f"; did you mean {where}{hint[0]!r}?" if hint else "")
+        + f" Allowed here: {', '.join(allowed)}. See `attnres train --help`."
+    )
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build a (nested) config dataclass from a plain dict, rejecting unknown keys and wrong types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__} must be a mapping of fields, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise _unknown_key(where, str(key), names)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = from_dict(tp, value or {}, f"{where}{key}.")
+        else:
+            kwargs[key] = _coerce(value, tp, f"{where}{key}")
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``model.n_layer=4`` -> (['model', 'n_layer'], '4'); values are typed later, against the field."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key=value (e.g. model.n_layer=4)")
+    key, value = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"override {text!r} has an empty key")
+    return parts, value.strip()
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set ``key=value`` overrides into a nested dict (a copy); unknown keys are caught by :func:`from_dict`."""
+    out = json.loads(json.dumps(data))
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping (sections model:, data:, train:, ...)")
+    return data
+
+
+def resolve_run_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Defaults < YAML file < ``key=value`` overrides, validated into a :class:`RunConfig`."""
+    data = load_yaml(path) if path is not None else {}
+    return from_dict(RunConfig, apply_overrides(data, list(overrides)))
+
+
+def dump_yaml(cfg: RunConfig) -> str:
+    import yaml
+
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def help_text() -> str:
+    """Every field of a run config with its type, default and meaning (for ``attnres train --help``)."""
+    lines = []
+    top_docs = field_docs(RunConfig)
+    lines.append(f"  sweep: str = 'adhoc'\n      {top_docs['sweep']}")
+    for section, cls in SECTIONS.items():
+        lines.append(f"\n{section}.*  ({(cls.__doc__ or '').strip()})")
+        docs = field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            lines.append(f"  {section}.{f.name}: {_type_name(hints[f.name])} = {f.default!r}\n      {docs.get(f.name, '')}")
+    return "\n".join(lines)

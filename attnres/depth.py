@@ -1,0 +1,247 @@
+"""Depth mixing: how each sublayer's input is formed from what came before it.
+
+Every variant is a :class:`DepthMixer` with the same four methods, so the model's block loop never asks which
+variant it runs::
+
+    state = mixer.start(embedding)          # v_0
+    for l, f in enumerate(sublayers):       # l = 0 .. L-1 (0-based sublayer numbers)
+        h = mixer.read(state, l)            # h_l, the input of sublayer l
+        mixer.write(state, l, f(h))         # v_{l+1} = f_l(h_l), the raw sublayer output
+    h_final = mixer.finish(state)           # what the final RMSNorm and the LM head read
+
+Notation (the method page, with 0-based sublayers): ``v_0`` is the token embedding, ``v_{l+1}`` the output of
+sublayer l. L = 2 * n_layer sublayers. Queries are indexed by the sublayer that reads (0..L-1), plus query L
+for the final aggregation.
+
+* :class:`ResidualSum` (baseline): ``h_l = v_0 + sum_{i<=l} v_i``, the PreNorm residual stream.
+* :class:`AttnRes` (Full and Block AttnRes, the two-phase computation used for training): for a sublayer in
+  depth block n (0-based), the sources are the completed block summaries ``b_0 = v_0, b_1, ..., b_n`` and,
+  unless it is the first sublayer of its block, the partial sum ``p`` of the outputs of the earlier
+  sublayers of its own block::
+
+      alpha_j = softmax_j( w_l . RMSNorm_l(s_j) )     # over the sources s_j, per token, in fp32, unscaled
+      h_l     = sum_j alpha_j * s_j                   # values are the raw sources
+
+  ``w_l`` (``pseudo_query[l]``) is zero at init, so every input starts as the mean of its sources. Full
+  AttnRes is the case of one sublayer per block (N = L): the sources are then every earlier sublayer output.
+* :class:`ReferenceAttnRes`: the same equations computed directly (stack the sources, normalise, dot,
+  softmax, weighted sum), used by the tests to check :class:`AttnRes`.
+
+The two-phase computation (Kimi Team, "Attention Residuals", 2026, section on efficient computation):
+because ``w_l`` does not depend on the input, the logits of a completed block against every later query are
+computed once, when the block completes (one (B, T, D) x (D, Q) product). Phase 1, at the first sublayer of
+block n, attends all S queries of the block to the completed blocks at once and keeps each query's
+normalised output and log-sum-exp; phase 2, at each later sublayer of the block, merges the single
+intra-block source (the partial sum) with the online-softmax rule, which for two groups is a sigmoid:
+``h = lerp(p, o, sigmoid(lse - logit_p))``. The result equals the direct formula to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnres.config import ModelConfig
+from attnres.depth_autograd import Buffers, Deposit, Merge, Phase1
+
+
+@dataclass
+class Recorder:
+    """Diagnostics of one forward pass (mean over tokens), filled only when a recorder is passed in.
+
+    ``input_rms[l]`` / ``output_rms[l]``: RMS over tokens and channels of sublayer l's input h_l and raw
+    output v_{l+1}; ``final_rms``: RMS of the final aggregation (input of the final norm);
+    ``depth_weights[l]``: mean depth-attention weight of query l over its sources (AttnRes variants).
+    """
+
+    input_rms: dict[int, float] = field(default_factory=dict)
+    output_rms: dict[int, float] = field(default_factory=dict)
+    final_rms: float = math.nan
+    depth_weights: dict[int, Tensor] = field(default_factory=dict)
+    source_kinds: dict[int, list[str]] = field(default_factory=dict)
+
+    @staticmethod
+    def rms(x: Tensor) -> float:
+        return x.detach().float().pow(2).mean().sqrt().item()
+
+
+def at_least_fp32(x: Tensor) -> Tensor:
+    """Upcast bf16/fp16 to fp32 (the depth softmax runs in fp32); fp32 and fp64 pass through unchanged."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
+class DepthState:
+    """Per-forward state of a mixer (sources, partial sums); created by ``start``, never shared."""
+
+    def __init__(self, embedding: Tensor, recorder: Recorder | None) -> None:
+        self.recorder = recorder
+        self.h: Tensor = embedding  # ResidualSum: the residual stream
+        self.blocks: list[Tensor] = [embedding]  # ReferenceAttnRes: b_0 = v_0, then completed block sums
+        self.partial: Tensor | None = None  # sum of the current block's outputs so far
+        self.outputs: list[Tensor] = [embedding]  # ReferenceAttnRes (Full): every source v_0, v_1, ...
+        self.bufs: Buffers | None = None  # AttnRes: the slot buffers of this forward
+        self.u: Tensor | None = None  # AttnRes: query vectors w_q * g_q, (Q, D)
+        self.tokens: list[Tensor] = []  # AttnRes: one per deposited slot, so readers depend on deposits
+        self.phase1: tuple | None = None  # AttnRes: (lse (S,B,T), weights (S,k,B,T), S outputs (B,T,D))
+
+
+class DepthMixer(nn.Module):
+    """The interface every depth-mixing variant implements."""
+
+    def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
+        return DepthState(embedding, recorder)
+
+    def read(self, state: DepthState, layer: int) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def write(self, state: DepthState, layer: int, output: Tensor) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def finish(self, state: DepthState) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ResidualSum(DepthMixer):
+    """The PreNorm baseline: ``h_{l+1} = h_l + f_l(h_l)``."""
+
+    def read(self, state: DepthState, layer: int) -> Tensor:
+        return state.h
+
+    def write(self, state: DepthState, layer: int, output: Tensor) -> None:
+        state.h = state.h + output
+
+    def finish(self, state: DepthState) -> Tensor:
+        return state.h
+
+
+class _AttnResBase(DepthMixer):
+    """Parameters and block layout shared by the two-phase and the reference AttnRes.
+
+    ``pseudo_query[l]`` and ``key_gain[l]`` belong to query l (sublayer l for l < L, the final aggregation for
+    l = L). Full and Block models of the same size have identical parameters, so state dicts interchange.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        queries, d = cfg.n_sublayers + 1, cfg.d_model
+        self.n_sublayers = cfg.n_sublayers
+        self.eps = cfg.norm_eps
+        self.full = cfg.residual == "full"
+        self.pseudo_query = nn.Parameter(torch.zeros(queries, d))
+        self.key_gain = nn.Parameter(torch.ones(queries, d)) if cfg.key_norm_gain else None
+        starts = cfg.block_starts
+        self.starts = starts
+        self.ends = starts[1:] + (cfg.n_sublayers,)
+        self.block_of = [max(k for k, s in enumerate(starts) if s <= l) for l in range(cfg.n_sublayers)]
+
+    def query_vectors(self, first: int, last: int) -> Tensor:
+        """``w_l * g_l`` for queries first..last-1, in fp32: the key norm's gain folds into the query."""
+        w = at_least_fp32(self.pseudo_query[first:last])
+        return w if self.key_gain is None else w * at_least_fp32(self.key_gain[first:last])
+
+    def key_logits(self, source: Tensor, first: int, last: int) -> Tensor:
+        """``w_l . RMSNorm_l(source)`` for queries first..last-1: (B, T, D) -> (B, T, Q), fp32."""
+        x = at_least_fp32(source)
+        inv_rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # (B, T, 1)
+        return (x @ self.query_vectors(first, last).T) * inv_rms  # (B, T, Q)
+
+
+class AttnRes(_AttnResBase):
+    """Full / Block AttnRes, two-phase (see the module docstring). What training uses.
+
+    Completed sources live in one buffer slot each (slot 0 = embedding, slot n = depth block n), with their
+    logits against every query computed once at deposit; the autograd functions of
+    :mod:`attnres.depth_autograd` recompute what backward needs instead of storing it.
+    """
+
+    def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
+        state = DepthState(embedding, recorder)
+        state.bufs = Buffers(embedding, slots=len(self.starts) + 1, queries=self.n_sublayers + 1, eps=self.eps)
+        state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
+        state.tokens = [Deposit.apply(embedding, state.u, state.bufs, 0)]
+        return state
+
+    def write(self, state: DepthState, layer: int, output: Tensor) -> None:
+        block = self.block_of[layer]
+        state.partial = output if layer == self.starts[block] else state.partial + output
+        if layer + 1 == self.ends[block]:  # the block is complete: its sum becomes slot block + 1
+            state.tokens.append(Deposit.apply(state.partial, state.u, state.bufs, block + 1))
+            state.partial = None
+
+    def _phase1(self, state: DepthState, first: int, last: int) -> tuple[Tensor, Tensor, list[Tensor]]:
+        lse, weights, *outs = Phase1.apply(state.bufs, len(state.tokens), first, last, *state.tokens)
+        return lse, weights, outs
+
+    def read(self, state: DepthState, layer: int) -> Tensor:
+        block = self.block_of[layer]
+        i = layer - self.starts[block]
+        if i == 0:  # phase 1 for every sublayer of this block; the first has no intra-block source
+            state.phase1 = self._phase1(state, layer, self.ends[block])
+            if state.recorder is not None:
+                self._record(state.recorder, layer, state.phase1[1][0], "block")
+            return state.phase1[2][0]
+        # phase 2: merge this block's partial sum with phase 1 by the online-softmax rule
+        lse, weights, outs = state.phase1
+        h, keep = Merge.apply(outs[i], lse[i], state.partial, state.u[layer], weights[i], state.bufs)
+        if state.recorder is not None:
+            merged = torch.cat([weights[i] * keep, (1 - keep).unsqueeze(0)])  # (k + 1, B, T)
+            self._record(state.recorder, layer, merged, "partial")
+        return h
+
+    def finish(self, state: DepthState) -> Tensor:
+        _, weights, outs = self._phase1(state, self.n_sublayers, self.n_sublayers + 1)
+        if state.recorder is not None:
+            self._record(state.recorder, self.n_sublayers, weights[0], "block")
+        return outs[0]
+
+    def _record(self, rec: Recorder, layer: int, weights: Tensor, last: str) -> None:
+        """Mean weight per source over tokens, weights (n, B, T); source 0 is the embedding."""
+        rec.depth_weights[layer] = weights.detach().float().mean(dim=(1, 2)).cpu()
+        kinds = ["embedding"] + ["sublayer" if self.full else "block"] * (weights.shape[0] - 1)
+        if last == "partial":
+            kinds[-1] = "partial"
+        rec.source_kinds[layer] = kinds
+
+
+class ReferenceAttnRes(_AttnResBase):
+    """The equations computed directly, source by source (for tests; slow and memory-hungry by design)."""
+
+    def write(self, state: DepthState, layer: int, output: Tensor) -> None:
+        state.outputs.append(output)
+        first = layer == self.starts[self.block_of[layer]]
+        state.partial = output if first else state.partial + output
+        if layer + 1 == self.ends[self.block_of[layer]]:
+            state.blocks.append(state.partial)
+            state.partial = None
+
+    def sources(self, state: DepthState) -> list[Tensor]:
+        """Full: every earlier output and the embedding. Block: completed blocks, then the partial sum."""
+        if self.full:
+            return list(state.outputs)
+        return list(state.blocks) + ([state.partial] if state.partial is not None else [])
+
+    def attend(self, sources: list[Tensor], query: int) -> Tensor:
+        values = torch.stack(sources)  # (n, B, T, D)
+        gain = 1.0 if self.key_gain is None else self.key_gain[query]
+        values = at_least_fp32(values)
+        keys = F.rms_norm(values, (values.shape[-1],), eps=self.eps) * gain  # (n, B, T, D)
+        logits = torch.einsum("nbtd,d->nbt", keys, at_least_fp32(self.pseudo_query[query]))  # (n, B, T)
+        alpha = torch.softmax(logits, dim=0)  # over sources, fp32, no scaling
+        return torch.einsum("nbt,nbtd->btd", alpha, values).to(sources[0].dtype)
+
+    def read(self, state: DepthState, layer: int) -> Tensor:
+        return self.attend(self.sources(state), layer)
+
+    def finish(self, state: DepthState) -> Tensor:
+        return self.attend(self.sources(state), self.n_sublayers)
+
+
+def build_mixer(cfg: ModelConfig, reference: bool = False) -> DepthMixer:
+    """The one place that maps a config to its depth mixer."""
+    if cfg.residual == "baseline":
+        return ResidualSum()
+    return ReferenceAttnRes(cfg) if reference else AttnRes(cfg)

@@ -1,0 +1,162 @@
+"""The decoder-only language model, top to bottom: embedding, transformer blocks, final norm, LM head.
+
+The residual path is not hard-wired: every sublayer reads its input from a depth mixer and writes its raw
+output back to it (:mod:`attnres.depth`), so the same model is the PreNorm baseline, Full AttnRes or Block
+AttnRes depending on ``ModelConfig.residual``.
+
+Initialisation (the same for every variant, so comparisons start from the same weights): embeddings and
+linear weights ~ N(0, init_std); the two projections that write into the depth path (attention output, MLP
+down) ~ N(0, init_std / sqrt(2 * n_layer)) as in GPT-2; norm gains 1; AttnRes pseudo-queries 0 (every input
+starts as the uniform mean of its sources) and key-norm gains 1. No biases. The LM head is untied from the
+embedding unless ``tie_embeddings`` is set.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnres.config import ModelConfig
+from attnres.depth import DepthMixer, Recorder, build_mixer
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x^2) + eps) * gain``."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (rotate-half form) applied to queries and keys, (B, H, T, hd)."""
+
+    def __init__(self, head_dim: int, seq_len: int, base: float) -> None:
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hd/2,)
+        angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)  # (T, hd/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (T, hd)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = x.shape[-2]
+        x1, x2 = x.chunk(2, dim=-1)
+        rotated = torch.cat([-x2, x1], dim=-1)
+        return x * self.cos[:t].to(x.dtype) + rotated * self.sin[:t].to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Sublayer f = RMSNorm -> causal multi-head self-attention (RoPE, SDPA) -> output projection."""
+
+    def __init__(self, cfg: ModelConfig, rotary: Rotary) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.rotary = [rotary]  # shared, and kept out of this module's children (one buffer for all layers)
+
+    def forward(self, h: Tensor) -> Tensor:
+        b, t, d = h.shape
+        q, k, v = self.qkv(self.norm(h)).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        rotary = self.rotary[0]
+        y = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True)  # (B, H, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    """Sublayer f = RMSNorm -> SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.hidden_dim, bias=False)
+        self.down = nn.Linear(cfg.hidden_dim, cfg.d_model, bias=False)
+
+    def forward(self, h: Tensor) -> Tensor:
+        gate, up = self.gate_up(self.norm(h)).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """One transformer block = two sublayers, each reading from and writing to the depth mixer.
+
+    Baseline (PreNorm residual)            AttnRes (Full or Block)
+
+        h ----+---------+                  sources v_0 .. v_l (or block sums b_0..b_n, partial p)
+              |         |                        |  softmax_i( w_l . RMSNorm(v_i) )
+           norm->attn   |                        v
+              |         |                  h_l = sum_i alpha_i v_i ---> norm -> attn --> v_{l+1}
+              +--(+)----+                  h_{l+1} (new query w_{l+1}, sources now include v_{l+1})
+              |         |                        |
+           norm->mlp    |                        +--> norm -> mlp --> v_{l+2}
+              +--(+)----+
+    """
+
+    def __init__(self, cfg: ModelConfig, rotary: Rotary) -> None:
+        super().__init__()
+        self.attn = Attention(cfg, rotary)
+        self.mlp = MLP(cfg)
+
+
+class AttnResLM(nn.Module):
+    """Decoder-only LM whose residual connections are a :class:`DepthMixer` chosen by ``cfg.residual``.
+
+    ``forward(tokens)`` maps (B, T) int64 tokens to (B, T, vocab_size) logits. Pass a
+    :class:`~attnres.depth.Recorder` to collect diagnostics; without one the forward does no extra work.
+    """
+
+    def __init__(self, cfg: ModelConfig, reference_depth: bool = False) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.rotary = Rotary(cfg.head_dim, cfg.seq_len, cfg.rope_base)
+        self.blocks = nn.ModuleList(Block(cfg, self.rotary) for _ in range(cfg.n_layer))
+        self.depth: DepthMixer = build_mixer(cfg, reference=reference_depth)
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    @property
+    def sublayers(self) -> list[nn.Module]:
+        """The L = 2 * n_layer sublayers in order: attn_0, mlp_0, attn_1, mlp_1, ..."""
+        return [s for block in self.blocks for s in (block.attn, block.mlp)]
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        for name, p in self.named_parameters():
+            if name.endswith(("proj.weight", "down.weight")):
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.n_layer))
+            elif name.endswith("pseudo_query"):
+                nn.init.zeros_(p)
+            elif p.ndim == 2 and not name.endswith("key_gain"):
+                nn.init.normal_(p, 0.0, std)
+            else:
+                nn.init.ones_(p)
+
+    def forward(self, tokens: Tensor, recorder: Recorder | None = None) -> Tensor:
+        if tokens.shape[-1] > self.cfg.seq_len:
+            raise ValueError(f"sequence of {tokens.shape[-1]} tokens is longer than seq_len={self.cfg.seq_len}")
+        state = self.depth.start(self.embed(tokens), recorder)
+        for layer, sublayer in enumerate(self.sublayers):
+            h = self.depth.read(state, layer)
+            v = sublayer(h)
+            if recorder is not None:
+                recorder.input_rms[layer] = recorder.rms(h)
+                recorder.output_rms[layer] = recorder.rms(v)
+            self.depth.write(state, layer, v)
+        h = self.depth.finish(state)
+        if recorder is not None:
+            recorder.final_rms = recorder.rms(h)
+        return self.lm_head(self.final_norm(h))

@@ -1,0 +1,210 @@
+"""Training-step time and peak memory of baseline vs Full vs Block AttnRes, side by side in one process.
+
+    python benchmarks/bench_step.py                       # CPU, fp32, 2 threads, the README's table
+    python benchmarks/bench_step.py --device cuda --dtype bf16 --sizes 1024x16 --variants baseline,block8
+
+Every repeat times one training step (forward + backward + AdamW) of every variant in turn, rotating the
+order, and the ratio to the baseline is taken within each repeat before the median: shared machines drift,
+so only ratios measured side by side mean anything. Peak memory is measured in a separate pass: on CUDA
+``torch.cuda.max_memory_allocated``; on CPU the bytes of parameters, gradients and optimizer state plus the
+peak of the step's allocations as recorded by the PyTorch profiler. ``depth ms`` times the depth mixing
+alone (forward + backward of the mixer, with each sublayer replaced by a cheap element-wise stand-in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnres.config import ModelConfig
+from attnres.depth import build_mixer
+from attnres.model import AttnResLM
+
+
+def pin_malloc() -> None:
+    """Keep freed memory in glibc's heap instead of returning it to the OS at every step.
+
+    Without this, glibc's adaptive thresholds make some steps page-fault tens of thousands of times,
+    depending on the allocation pattern, which swamps a comparison of a few percent. Applied to every
+    variant alike (and to CPU training, see ``attnres.train``).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed value on 64-bit
+    libc.mallopt(m_trim_threshold, (1 << 31) - 1)
+
+
+def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
+    if name.startswith("block"):
+        return ModelConfig(
+            n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual="block", n_blocks=int(name[5:])
+        )
+    return ModelConfig(n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual=name)
+
+
+@dataclass
+class Runner:
+    name: str
+    model: AttnResLM
+    opt: torch.optim.Optimizer
+    tokens: torch.Tensor
+    autocast: bool
+
+    def step(self) -> None:
+        with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            logits = self.model(self.tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().flatten(0, 1), self.tokens[:, 1:].flatten())
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: torch.device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def resident_bytes(runner: Runner) -> int:
+    tensors = list(runner.model.parameters()) + [t for s in runner.opt.state.values() for t in s.values()]
+    grads = [p for p in runner.model.parameters()]  # gradients have the parameters' size
+    return sum(t.numel() * t.element_size() for t in tensors + grads if torch.is_tensor(t))
+
+
+def peak_bytes(runner: Runner, device: torch.device) -> int:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        runner.step()
+        sync(device)
+        return torch.cuda.max_memory_allocated()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        runner.step()
+    current = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        current += event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
+        peak = max(peak, current)
+    return resident_bytes(runner) + peak
+
+
+def depth_only_time(cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype) -> callable:
+    """Forward + backward of the depth mixer alone; sublayer l is the stand-in ``v = h * c_l``."""
+    mixer = build_mixer(cfg).to(device)
+    scales = torch.linspace(0.5, 1.5, cfg.n_sublayers, device=device)
+    x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype, requires_grad=True)
+
+    def run() -> None:
+        state = mixer.start(x)
+        for layer in range(cfg.n_sublayers):
+            mixer.write(state, layer, mixer.read(state, layer) * scales[layer])
+        mixer.finish(state).float().square().mean().backward()
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast (GPU)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--sizes", default="256x8,128x4", help="comma list of d_model x n_layer")
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per step")
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--variants", default="baseline,full,block2,block4,block8")
+    parser.add_argument("--repeats", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+        pin_malloc()
+    autocast = args.dtype == "bf16"
+    variants = args.variants.split(",")
+    if variants[0] != "baseline":
+        parser.error("--variants must start with baseline (ratios are to the baseline)")
+    results = []
+    print(
+        f"device={device.type} dtype={args.dtype} threads={torch.get_num_threads()} batch={args.batch} "
+        f"seq_len={args.seq_len} repeats={args.repeats} torch={torch.__version__}"
+    )
+    for size in args.sizes.split(","):
+        d_model, n_layer = (int(v) for v in size.lower().split("x"))
+        n_head = max(1, d_model // args.head_dim)
+        torch.manual_seed(0)
+        tokens = torch.randint(0, 256, (args.batch, args.seq_len + 1), device=device)
+        runners, depth_runs = [], []
+        for name in variants:
+            cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
+            torch.manual_seed(0)
+            model = AttnResLM(cfg).to(device)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            runners.append(Runner(name, model, opt, tokens, autocast))
+            dtype = torch.bfloat16 if autocast else torch.float32
+            depth_runs.append(depth_only_time(cfg, args.batch, device, dtype))
+        for runner, depth in zip(runners, depth_runs):
+            for _ in range(args.warmup):
+                runner.step()
+                depth()
+        step_s = {r.name: [] for r in runners}
+        depth_s = {r.name: [] for r in runners}
+        ratios = {r.name: [] for r in runners}
+        for rep in range(args.repeats):
+            order = list(range(len(runners)))
+            order = order[rep % len(order) :] + order[: rep % len(order)]
+            for i in order:
+                step_s[runners[i].name].append(timed(runners[i].step, device))
+                depth_s[runners[i].name].append(timed(depth_runs[i], device))
+            for r in runners:
+                ratios[r.name].append(step_s[r.name][-1] / step_s["baseline"][-1])
+        peaks = {r.name: peak_bytes(r, device) for r in runners}
+        print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
+        print(f"{'variant':>10} {'step ms':>9} {'x base':>7} {'[min, max]':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
+        for r in runners:
+            row = {
+                "size": size,
+                "variant": r.name,
+                "step_ms": 1e3 * statistics.median(step_s[r.name]),
+                "step_ratio": statistics.median(ratios[r.name]),
+                "step_ratio_min": min(ratios[r.name]),
+                "step_ratio_max": max(ratios[r.name]),
+                "peak_mib": peaks[r.name] / 2**20,
+                "peak_ratio": peaks[r.name] / peaks["baseline"],
+                "depth_ms": 1e3 * statistics.median(depth_s[r.name]),
+            }
+            results.append(row)
+            print(
+                f"{r.name:>10} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
+                f"[{row['step_ratio_min']:.3f}, {row['step_ratio_max']:.3f}] {row['peak_mib']:9.1f} "
+                f"{row['peak_ratio']:7.3f} {row['depth_ms']:9.2f}"
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

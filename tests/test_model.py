@@ -1,0 +1,330 @@
+"""The model and its depth mixing, checked against the method's equations and limiting cases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnres import AttnResLM, ModelConfig, Recorder
+from attnres.config import ConfigError
+from attnres.counting import count_flops, count_params, depth_sources
+
+VARIANTS = [("baseline", 1), ("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)]
+
+
+def small(residual: str = "block", n_blocks: int = 2, **kw) -> ModelConfig:
+    base = dict(vocab_size=64, n_layer=4, d_model=32, n_head=2, seq_len=16, residual=residual, n_blocks=n_blocks)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def randomize_depth(model: AttnResLM, scale: float = 1.0, seed: int = 1) -> AttnResLM:
+    """Non-zero pseudo-queries and gains, so the depth softmax is far from uniform."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "pseudo_query" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * scale)
+            elif "key_gain" in name:
+                p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+def tokens(cfg: ModelConfig, batch: int = 3, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=torch.Generator().manual_seed(seed))
+
+
+def capture(model: AttnResLM, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Every sublayer's input h_l and raw output, in order."""
+    inputs, outputs = [], []
+
+    def record(module, args, out) -> None:
+        inputs.append(args[0])
+        outputs.append(out)
+
+    hooks = [s.register_forward_hook(record) for s in model.sublayers]
+    model(x)
+    for h in hooks:
+        h.remove()
+    return inputs, outputs
+
+
+# ---------------------------------------------------------------------------------------------- public API
+
+
+def test_public_api_shapes_and_names():
+    cfg = small()
+    model = AttnResLM(cfg)
+    logits = model(tokens(cfg))
+    assert logits.shape == (3, cfg.seq_len, cfg.vocab_size)
+    names = [n for n, _ in model.named_parameters() if "pseudo_query" in n]
+    assert names == ["depth.pseudo_query"]
+    assert model.depth.pseudo_query.shape == (cfg.n_sublayers + 1, cfg.d_model)
+    with pytest.raises(Exception):
+        cfg.n_layer = 3  # frozen
+
+
+def test_full_and_block_state_dicts_interchange():
+    full = randomize_depth(AttnResLM(small("full")))
+    block = AttnResLM(small("block", n_blocks=3))
+    block.load_state_dict(full.state_dict())  # strict: same names and shapes
+    assert {k: v.shape for k, v in full.state_dict().items()} == {k: v.shape for k, v in block.state_dict().items()}
+
+
+# ------------------------------------------------------------------------------------ the method's equations
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_block_with_one_sublayer_per_block_equals_full(reference):
+    torch.manual_seed(0)
+    full = randomize_depth(AttnResLM(small("full"), reference_depth=reference))
+    block = AttnResLM(small("block", n_blocks=8), reference_depth=not reference)  # the other implementation
+    block.load_state_dict(full.state_dict())
+    x = tokens(full.cfg)
+    torch.testing.assert_close(block(x), full(x), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
+def test_zero_pseudo_queries_give_the_mean_of_the_sources(residual, n_blocks):
+    """At init every sublayer reads the uniform mean of its sources, computed here from the raw outputs."""
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    model = AttnResLM(cfg)
+    assert torch.count_nonzero(model.depth.pseudo_query) == 0
+    x = tokens(cfg)
+    inputs, outputs = capture(model, x)
+    embedding = model.embed(x)
+    starts = cfg.block_starts
+    for layer, h in enumerate(inputs):
+        if residual == "full":
+            sources = [embedding] + outputs[:layer]
+        else:
+            block = max(k for k, s in enumerate(starts) if s <= layer)
+            bounds = list(starts[: block + 1]) + [layer]
+            sums = [sum(outputs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]  # completed + partial
+            sources = [embedding] + [s for s in sums if not isinstance(s, int)]
+        expected = torch.stack(sources).mean(0)
+        torch.testing.assert_close(h, expected, rtol=1e-5, atol=1e-6, msg=f"sublayer {layer}")
+
+
+def test_sources_are_sublayer_outputs_not_cumulative_states():
+    """The reimplementation trap: with cumulative hidden states as sources, sublayer 2 would read
+    mean(e, e + v1, e + v1 + v2) instead of mean(e, v1, v2). This test tells the two apart."""
+    torch.manual_seed(0)
+    cfg = small("full")
+    model = AttnResLM(cfg)
+    x = tokens(cfg)
+    inputs, outputs = capture(model, x)
+    e = model.embed(x)
+    v1, v2 = outputs[0], outputs[1]
+    right = (e + v1 + v2) / 3
+    trap = (e + (e + v1) + (e + v1 + v2)) / 3
+    assert (right - trap).abs().max() > 1e-2  # the two hypotheses differ on this model
+    torch.testing.assert_close(inputs[2], right, rtol=1e-5, atol=1e-6)
+
+
+def test_block_boundaries_do_not_count_the_embedding_twice():
+    """N = 4 blocks of S = 2 over L = 8: sublayer 2 starts block 1 and reads [e, v1 + v2] (b_1 holds no e)."""
+    torch.manual_seed(0)
+    cfg = small("block", n_blocks=4)
+    assert cfg.block_starts == (0, 2, 4, 6)
+    model = AttnResLM(cfg)
+    x = tokens(cfg)
+    inputs, outputs = capture(model, x)
+    e = model.embed(x)
+    torch.testing.assert_close(inputs[2], (e + outputs[0] + outputs[1]) / 2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(inputs[3], (e + outputs[0] + outputs[1] + outputs[2]) / 3, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_layer,n_blocks,sizes", [(4, 3, [3, 3, 2]), (4, 5, [2, 2, 2, 1, 1]), (3, 6, [1] * 6), (4, 1, [8])])
+def test_blocks_that_do_not_divide_the_sublayers(n_layer, n_blocks, sizes):
+    cfg = small("block", n_blocks=n_blocks, n_layer=n_layer)
+    starts = list(cfg.block_starts) + [cfg.n_sublayers]
+    assert [b - a for a, b in zip(starts[:-1], starts[1:])] == sizes
+    assert cfg.block_size == max(sizes)
+
+
+@pytest.mark.parametrize("residual,n_blocks", VARIANTS)
+def test_causality(residual, n_blocks):
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    model = randomize_depth(AttnResLM(cfg))
+    x = tokens(cfg, batch=2)
+    t = 9
+    y = x.clone()
+    y[:, t] = (y[:, t] + 1) % cfg.vocab_size
+    a, b = model(x), model(y)
+    torch.testing.assert_close(a[:, :t], b[:, :t], rtol=0, atol=0)
+    assert (a[:, t:] - b[:, t:]).abs().max() > 0
+
+
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale):
+    """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1)."""
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    fast = randomize_depth(AttnResLM(cfg), scale=scale)
+    ref = AttnResLM(cfg, reference_depth=True)
+    ref.load_state_dict(fast.state_dict())
+    x = tokens(cfg)
+    target = tokens(cfg, seed=1)
+    outs = []
+    for model in (fast, ref):
+        logits = model(x)
+        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+        outs.append(logits)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_two_phase_matches_the_reference_in_float64_to_rounding():
+    torch.manual_seed(0)
+    cfg = small("block", 3)
+    fast = randomize_depth(AttnResLM(cfg)).double()
+    ref = AttnResLM(cfg, reference_depth=True).double()
+    ref.load_state_dict(fast.state_dict())
+    x = tokens(cfg)
+    for model in (fast, ref):
+        model(x).square().mean().backward()
+    for p, q in zip(fast.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_depth_softmax_runs_in_fp32_under_bf16_autocast():
+    torch.manual_seed(0)
+    cfg = small("block", 3)
+    model = randomize_depth(AttnResLM(cfg))
+    rec = Recorder()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens(cfg), recorder=rec)
+        logits.float().mean().backward()
+    assert torch.isfinite(model.depth.pseudo_query.grad).all()
+    for weights in rec.depth_weights.values():
+        assert weights.dtype == torch.float32
+        assert abs(weights.sum().item() - 1) < 1e-5
+
+
+# -------------------------------------------------------------------------------------------- diagnostics
+
+
+@pytest.mark.parametrize("residual,n_blocks", VARIANTS)
+def test_recorder_collects_diagnostics(residual, n_blocks):
+    cfg = small(residual, n_blocks)
+    model = randomize_depth(AttnResLM(cfg))
+    x = tokens(cfg)
+    rec = Recorder()
+    with torch.no_grad():
+        logits = model(x, recorder=rec)
+        plain = model(x)
+    torch.testing.assert_close(logits, plain, rtol=0, atol=0)  # recording does not change the result
+    assert sorted(rec.input_rms) == sorted(rec.output_rms) == list(range(cfg.n_sublayers))
+    assert rec.final_rms > 0
+    if residual == "baseline":
+        assert rec.depth_weights == {}
+        return
+    assert sorted(rec.depth_weights) == list(range(cfg.n_sublayers + 1))
+    for query, weights in rec.depth_weights.items():
+        assert len(weights) == depth_sources(cfg)[query] == len(rec.source_kinds[query])
+        assert abs(weights.sum().item() - 1) < 1e-5
+        assert rec.source_kinds[query][0] == "embedding"
+
+
+# ------------------------------------------------------------------------------------ parameters and FLOPs
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        small("baseline"),
+        small("full"),
+        small("block", 3),
+        small("block", 3, tie_embeddings=True),
+        small("full", key_norm_gain=False),
+        small("block", 2, d_ff=100, n_layer=3, d_model=48, n_head=3),
+    ],
+    ids=str,
+)
+def test_parameter_counts_match_the_built_model(cfg):
+    model = AttnResLM(cfg)
+    counts = count_params(cfg)
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    embedding_like = {id(model.embed.weight), id(model.lm_head.weight)}
+    non_embedding = sum(p.numel() for p in model.parameters() if id(p) not in embedding_like)
+    assert counts.non_embedding == non_embedding
+    assert counts.total == counts.non_embedding + counts.embedding + counts.lm_head
+
+
+FLOP_CONFIGS = [(2, 64, 4, 32, 256), (4, 128, 4, 128, 256), (3, 96, 2, 64, 512)]
+
+
+@pytest.mark.parametrize("residual,n_blocks", [("baseline", 1), ("full", 1), ("block", 2), ("block", 3)])
+@pytest.mark.parametrize("n_layer,d_model,n_head,seq_len,vocab", FLOP_CONFIGS)
+def test_flop_counter_matches_torch_flop_counter(residual, n_blocks, n_layer, d_model, n_head, seq_len, vocab):
+    """Within 2 % of FlopCounterMode, forward and training. On CPU the fused SDPA kernel has no FLOP
+    formula registered with FlopCounterMode, so attention runs through the math backend here, which
+    FlopCounterMode counts as its two batched matmuls over the full T x T."""
+    cfg = ModelConfig(
+        n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, vocab_size=vocab, residual=residual, n_blocks=n_blocks
+    )
+    model = AttnResLM(cfg)
+    x = torch.randint(0, vocab, (2, seq_len))
+    n_tokens = x.numel()
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as forward:
+        model(x)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as training:
+        model(x).sum().backward()
+    ours = count_flops(cfg)
+    assert ours.forward == pytest.approx(forward.get_total_flops() / n_tokens, rel=0.02)
+    assert ours.training == pytest.approx(training.get_total_flops() / n_tokens, rel=0.02)
+
+
+def test_depth_attention_is_counted():
+    assert count_flops(small("baseline")).depth_attention == 0
+    full, block = count_flops(small("full")), count_flops(small("block", 2))
+    assert full.depth_attention > block.depth_attention > 0
+    # Full: sublayer l reads l + 1 sources, the final aggregation L + 1
+    assert depth_sources(small("full")) == list(range(1, 9)) + [9]
+
+
+# ---------------------------------------------------------------------------------------- config validation
+
+
+@pytest.mark.parametrize(
+    "kwargs,fragments",
+    [
+        (dict(residual="resnet"), ["residual", "baseline, full, block"]),
+        (dict(residual="block", n_blocks=0), ["n_blocks", "1 <= n_blocks <= 2 * n_layer = 8"]),
+        (dict(residual="block", n_blocks=9), ["n_blocks", "1 <= n_blocks <= 2 * n_layer = 8"]),
+        (dict(d_model=30, n_head=4), ["d_model=30", "n_head", "divisible"]),
+        (dict(n_layer=0), ["n_layer", "positive"]),
+        (dict(d_model=-8), ["d_model", "positive"]),
+        (dict(seq_len=0), ["seq_len", "positive"]),
+        (dict(vocab_size=0), ["vocab_size", "positive"]),
+        (dict(n_head=0), ["n_head", "positive"]),
+    ],
+)
+def test_invalid_configs_are_rejected_with_a_clear_message(kwargs, fragments):
+    base = dict(n_layer=4, d_model=32, n_head=2)
+    base.update(kwargs)
+    with pytest.raises(ConfigError) as err:
+        ModelConfig(**base)
+    for fragment in fragments:
+        assert fragment in str(err.value)
+
+
+def test_n_blocks_is_only_checked_for_block_attnres():
+    ModelConfig(n_layer=2, residual="baseline", n_blocks=99)
+    ModelConfig(n_layer=2, residual="full", n_blocks=99)
+
+
+def test_torch_free_modules_do_not_import_torch():
+    code = "import sys, attnres.config, attnres.counting, attnres.schema; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
