@@ -251,15 +251,13 @@ class RuntimeConfig:
     """auto: bf16 autocast on GPU, fp32 on CPU."""
     threads: int = 0
     """CPU threads for torch (0: leave torch's default)."""
-    checkpoint_interval: int = 50
-    """Save the resumable checkpoint every this many steps (and at the end)."""
     progress_bar: bool = True
     """Show Lightning's progress bar."""
     compile: bool = False
     """Compile the model with torch.compile (faster on GPU after a warm-up; off by default)."""
 
     def __post_init__(self) -> None:
-        _positive(self, "devices", "num_nodes", "checkpoint_interval")
+        _positive(self, "devices", "num_nodes")
         _require(self.threads >= 0, f"RuntimeConfig.threads must be >= 0, got {self.threads}")
 
 

@@ -14,7 +14,6 @@ alone (forward + backward of the mixer, with each sublayer replaced by a cheap e
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
@@ -27,22 +26,7 @@ import torch.nn.functional as F
 from attnres.config import ModelConfig
 from attnres.depth import build_mixer
 from attnres.model import AttnResLM
-
-
-def pin_malloc() -> None:
-    """Keep freed memory in glibc's heap instead of returning it to the OS at every step.
-
-    Without this, glibc's adaptive thresholds make some steps page-fault tens of thousands of times,
-    depending on the allocation pattern, which swamps a comparison of a few percent. Applied to every
-    variant alike (and to CPU training, see ``attnres.train``).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed value on 64-bit
-    libc.mallopt(m_trim_threshold, (1 << 31) - 1)
+from attnres.system import pin_malloc
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:

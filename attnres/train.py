@@ -1,0 +1,201 @@
+"""One training run into one run folder: validate, lock, resume or skip, train, record the status.
+
+``train(cfg, run_dir)`` is what ``attnres train`` and every sweep launcher call. It is safe to call again on
+the same folder at any time: a finished run is not trained again, an interrupted one resumes from its last
+checkpoint (same data order, same result), and a run being trained by another process is left alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from attnres import schema
+from attnres.budget import Budget, run_budget
+from attnres.config import ConfigError, RunConfig, dump_yaml, from_dict, load_yaml
+from attnres.data import Corpus, check_run_data, load_corpus
+
+LOCK_FILE = ".lock"
+
+
+class RunBusy(RuntimeError):
+    """Another process holds this run folder's lock (it is training the run right now)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    status: str  # done | diverged | failed | running (interrupted) | busy
+    step: int
+    val_loss: float | None
+    trained: bool  # False when the run was already finished or busy
+
+
+def run_status(run_dir: Path) -> dict | None:
+    """The run.parquet row of a run folder, or None if it has none (or it is unreadable)."""
+    try:
+        return schema.read_table(Path(run_dir) / schema.RUN_FILE).to_pylist()[0]
+    except (FileNotFoundError, schema.SchemaError, IndexError, OSError):
+        return None
+    except Exception:  # a truncated or foreign file: treat as no status
+        return None
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """An exclusive, non-blocking lock on the run folder, released when the process ends (even by SIGKILL)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            raise RunBusy(f"{run_dir} is being trained by another process ({holder or 'unknown'})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_same_run(cfg: RunConfig, run_dir: Path) -> None:
+    """A run folder belongs to one run: refuse to resume it with a different model, data or recipe."""
+    path = run_dir / schema.CONFIG_FILE
+    if not path.exists():
+        return
+    try:
+        previous = from_dict(RunConfig, load_yaml(path))
+    except ConfigError as err:
+        raise ConfigError(f"{path} cannot be read as a run config ({err}); move the folder away or pick another") from None
+    if previous.identity != cfg.identity:
+        changed = sorted(
+            f"{section}.{k}"
+            for section in cfg.identity
+            for k in cfg.identity[section]
+            if cfg.identity[section][k] != previous.identity[section].get(k)
+        )
+        raise ConfigError(
+            f"{run_dir} holds a different run ({', '.join(changed)} differ); "
+            "train into a new folder (or delete that one to start over)"
+        )
+
+
+def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
+    """Everything that can fail before compute: the corpus, the split, the budget."""
+    corpus = load_corpus(cfg.data)
+    check_run_data(cfg, corpus)
+    return corpus, run_budget(cfg)
+
+
+def latest_checkpoint(run_dir: Path) -> str | None:
+    """The newest resumable checkpoint: Lightning's last.ckpt or a SLURM pre-emption (hpc) checkpoint."""
+    folder = run_dir / schema.CHECKPOINT_DIR
+    candidates = [p for p in folder.glob("*.ckpt") if p.name == "last.ckpt" or p.name.startswith("hpc_ckpt")]
+    return str(max(candidates, key=lambda p: p.stat().st_mtime)) if candidates else None
+
+
+def _quiet_lightning() -> None:
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+    warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
+    warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")  # a diverged step
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")  # resuming
+
+
+def train(cfg: RunConfig, run_dir: str | Path, progress: bool | None = None) -> RunResult:
+    """Train ``cfg`` into ``run_dir`` (resuming or skipping as needed) and return its final status."""
+    run_dir = Path(run_dir)
+    check_same_run(cfg, run_dir)
+    previous = run_status(run_dir)
+    if previous and previous["status"] == "done":
+        return RunResult(run_dir, "done", previous["step"], previous["val_loss"], trained=False)
+    corpus, budget = prepare(cfg)
+
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank != 0:  # DDP ranks > 0: no folder bookkeeping, just train
+        return _fit(cfg, run_dir, corpus, budget, progress=False)
+    try:
+        with run_lock(run_dir):
+            schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
+            return _fit(cfg, run_dir, corpus, budget, progress)
+    except RunBusy:
+        return RunResult(run_dir, "busy", previous["step"] if previous else 0, None, trained=False)
+
+
+def _fit(cfg: RunConfig, run_dir: Path, corpus: Corpus, budget: Budget, progress: bool | None) -> RunResult:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from attnres.lit import LitLM
+    from attnres.runlog import RunLogger, RunRow
+    from attnres.system import pin_malloc
+
+    _quiet_lightning()
+    rt = cfg.runtime
+    gpu = rt.accelerator == "gpu" or (rt.accelerator == "auto" and torch.cuda.is_available())
+    precision = rt.precision if rt.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    if not gpu:
+        pin_malloc()
+    if rt.threads:
+        torch.set_num_threads(rt.threads)
+    world = rt.devices * rt.num_nodes
+    if cfg.train.batch_size % world:
+        raise ConfigError(f"train.batch_size={cfg.train.batch_size} is not divisible by devices x num_nodes = {world}")
+
+    lit = LitLM(cfg, corpus, budget.steps)
+    if rt.compile:
+        lit.model = torch.compile(lit.model)
+    device = torch.cuda.get_device_name() if gpu else "cpu"
+    run_row = RunRow(cfg, budget, device=device, precision=precision)
+    logger = RunLogger(run_dir, run_row)
+    # One checkpoint, last.ckpt, rewritten (atomically, by Lightning) after every evaluation.
+    checkpoints = ModelCheckpoint(
+        dirpath=run_dir / schema.CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
+        save_on_train_epoch_end=False, enable_version_counter=False,
+    )
+    trainer = L.Trainer(
+        accelerator="gpu" if gpu else "cpu",
+        devices=rt.devices,
+        num_nodes=rt.num_nodes,
+        strategy="ddp" if world > 1 else "auto",
+        precision=precision,
+        max_steps=budget.steps,
+        max_epochs=-1,
+        val_check_interval=min(cfg.train.eval_interval, budget.steps),
+        check_val_every_n_epoch=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        callbacks=[logger, checkpoints],
+        enable_progress_bar=rt.progress_bar if progress is None else progress,
+        enable_model_summary=False,
+        default_root_dir=run_dir / schema.CHECKPOINT_DIR,
+    )
+    if trainer.is_global_zero and not (run_dir / schema.RUN_FILE).exists():
+        run_row.write(run_dir, status="running")
+    try:
+        trainer.fit(lit, ckpt_path=latest_checkpoint(run_dir))
+    except BaseException as err:
+        if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
+            logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
+        raise
+    if lit.diverged:
+        status = "diverged"
+    elif trainer.global_step >= budget.steps:
+        status = "done"
+    else:
+        status = "running"  # stopped early by a signal (e.g. SLURM pre-emption): resumable
+    logger.flush(trainer, status=status, error=lit.diverged)
+    return RunResult(run_dir, status, trainer.global_step, logger.last["val_loss"], trained=True)

@@ -1,0 +1,38 @@
+"""Shared fixtures: a private token cache for the whole session, tiny run configs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def token_cache(tmp_path_factory):
+    """Keep the tests' token cache out of the user's ~/.cache (and shared by every test of the session)."""
+    path = tmp_path_factory.mktemp("attnres-cache")
+    old = os.environ.get("ATTNRES_CACHE_DIR")
+    os.environ["ATTNRES_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("ATTNRES_CACHE_DIR", None)
+    else:
+        os.environ["ATTNRES_CACHE_DIR"] = old
+
+
+TINY = [
+    "model.n_layer=2",
+    "model.d_model=32",
+    "model.n_head=2",
+    "model.seq_len=64",
+    "train.batch_size=16",
+    "train.tokens=50000",
+    "train.eval_interval=20",
+    "train.eval_tokens=16384",
+    "runtime.threads=2",
+]
+
+
+@pytest.fixture
+def tiny_overrides() -> list[str]:
+    return list(TINY)

@@ -1,0 +1,193 @@
+"""Training a run end to end: the run folder contract, determinism, resume after SIGKILL, divergence, errors."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnres import schema
+from attnres.config import ConfigError, resolve_run_config
+from attnres.train import train
+from tests.conftest import TINY
+
+ATTNRES = [sys.executable, "-m", "attnres.cli"]
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*ATTNRES, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy())
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    """One tiny Block AttnRes run on the built-in corpus (2 layers, d_model 32, ~50k tokens)."""
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    result = train(resolve_run_config(None, TINY), run_dir, progress=False)
+    assert result.status == "done" and result.trained
+    return run_dir
+
+
+def test_tiny_run_writes_the_whole_contract(tiny_run):
+    for name in (schema.CONFIG_FILE, schema.RUN_FILE, schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE):
+        assert (tiny_run / name).is_file(), name
+    assert (tiny_run / schema.CHECKPOINT_DIR / "last.ckpt").is_file()
+    for name, declared in schema.SCHEMAS.items():
+        table = schema.read_table(tiny_run / name)
+        assert table.schema.equals(declared, check_metadata=False), name
+        assert table.num_rows > 0
+    run = schema.read_table(tiny_run / schema.RUN_FILE).to_pylist()[0]
+    assert run["status"] == "done" and run["step"] == run["max_steps"] == math.ceil(50000 / (16 * 64))
+    assert run["tokens"] == run["step"] * run["batch_tokens"] and run["flops"] == run["tokens"] * run["flops_per_token"]
+    assert run["val_loss"] < math.log(256) - 1.0  # clearly below the uniform 5.545 nats
+    assert run["val_bpb"] == pytest.approx(run["val_loss"] / math.log(2))
+    assert run["tokens_per_s"] > 0 and run["wall_s"] > 0 and run["variant"] == "block" and run["n_blocks"] == 4
+
+
+def test_metrics_layers_and_depth_attention_contents(tiny_run):
+    metrics = pd.read_parquet(tiny_run / schema.METRICS_FILE)
+    val = metrics[metrics.split == "val"]
+    assert list(val.step) == [20, 40, 49]  # every eval_interval, and the last step
+    assert val.loss.is_monotonic_decreasing
+    train_rows = metrics[metrics.split == "train"]
+    assert (train_rows.lr > 0).all() and (train_rows.grad_norm > 0).all()
+    layers = pd.read_parquet(tiny_run / schema.LAYERS_FILE)
+    last = layers[layers.step == 49]
+    assert sorted(last.kind.unique()) == ["attn", "block", "mlp"]
+    assert len(last[last.kind == "block"]) == 2 and last.grad_norm.notna().all()
+    depth = pd.read_parquet(tiny_run / schema.DEPTH_ATTN_FILE)
+    sums = depth.groupby(["step", "query"]).weight.sum()
+    np.testing.assert_allclose(sums.values, 1.0, atol=1e-5)
+    assert set(depth.source_kind) == {"embedding", "block", "partial"} or set(depth.source_kind) >= {"embedding", "block"}
+
+
+def test_a_finished_run_is_not_trained_again(tiny_run):
+    result = train(resolve_run_config(None, TINY), tiny_run, progress=False)
+    assert result.status == "done" and not result.trained
+
+
+def test_a_run_folder_refuses_a_different_config(tiny_run):
+    with pytest.raises(ConfigError, match="model.d_model"):
+        train(resolve_run_config(None, TINY + ["model.d_model=48"]), tiny_run, progress=False)
+
+
+def test_same_config_gives_identical_losses(tmp_path, tiny_run):
+    cfg = resolve_run_config(None, TINY)
+    train(cfg, tmp_path / "again", progress=False)
+    a = pd.read_parquet(tiny_run / schema.METRICS_FILE)
+    b = pd.read_parquet(tmp_path / "again" / schema.METRICS_FILE)
+    assert list(a.step) == list(b.step) and list(a.split) == list(b.split)
+    np.testing.assert_array_equal(a.loss.values, b.loss.values)
+
+
+def test_divergence_stops_the_run_and_keeps_the_log(tmp_path):
+    cfg = resolve_run_config(None, TINY + ["train.lr=1e30", "train.eval_interval=1"])
+    result = train(cfg, tmp_path / "run", progress=False)
+    assert result.status == "diverged"
+    run = schema.read_table(tmp_path / "run" / schema.RUN_FILE).to_pylist()[0]
+    assert run["status"] == "diverged" and "non-finite" in run["error"] and run["step"] < run["max_steps"]
+    assert schema.read_table(tmp_path / "run" / schema.METRICS_FILE).num_rows >= 1
+
+
+@pytest.mark.parametrize("residual", ["baseline", "full"])
+def test_other_variants_train(tmp_path, residual):
+    cfg = resolve_run_config(None, TINY + [f"model.residual={residual}", "train.tokens=20000"])
+    assert train(cfg, tmp_path / "run", progress=False).status == "done"
+    has_depth = (tmp_path / "run" / schema.DEPTH_ATTN_FILE).exists()
+    assert has_depth == (residual != "baseline")
+
+
+def readable_or_absent(run_dir: Path) -> None:
+    for name in schema.SCHEMAS:
+        if (run_dir / name).exists():
+            schema.read_table(run_dir / name)  # raises on a half-written file
+
+
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
+    args = TINY + ["train.tokens=160000", "train.eval_interval=20", "--no-progress"]
+    straight = run_cli("train", *args, "--out", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*ATTNRES, "train", *args, "--out", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        readable_or_absent(killed)
+        rows = schema.read_table(killed / schema.RUN_FILE).to_pylist() if (killed / schema.RUN_FILE).exists() else []
+        if rows and rows[0]["step"] >= 40 and (killed / "checkpoints" / "last.ckpt").exists():
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)  # a few more steps past the checkpoint, which the resumed run must redo
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    readable_or_absent(killed)
+    status = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
+    assert status["status"] == "running" and status["step"] < status["max_steps"]
+
+    resumed = run_cli("train", *args, "--out", str(killed))
+    assert resumed.returncode == 0, resumed.stderr
+    a = pd.read_parquet(tmp_path / "straight" / schema.METRICS_FILE)
+    b = pd.read_parquet(killed / schema.METRICS_FILE)
+    assert list(zip(a.step, a.split)) == list(zip(b.step, b.split))
+    np.testing.assert_allclose(b.loss.values, a.loss.values, rtol=0, atol=1e-4)
+    ra = schema.read_table(tmp_path / "straight" / schema.RUN_FILE).to_pylist()[0]
+    rb = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
+    assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+
+
+def test_help_lists_every_field():
+    from attnres.config import SECTIONS
+
+    out = run_cli("train", "--help").stdout
+    for section, cls in SECTIONS.items():
+        for name in cls.__dataclass_fields__:
+            assert f"{section}.{name}:" in out, f"{section}.{name}"
+    assert "Transformer blocks" in out  # the field docs, not just names
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["model.n_layers=4"], ["unknown config key", "model.'n_layers'", "n_layer"]),
+        (["train.lr=fast"], ["train.lr", "number", "fast"]),
+        (["model.n_layer=2.5"], ["model.n_layer", "integer"]),
+        (["model.residual=resnet"], ["model.residual", "'baseline', 'full', 'block'"]),
+        (["data.corpus=/nonexistent/text"], ["data.corpus", "does not exist"]),
+        (["model.seq_len=1000000"], ["model.seq_len=1000000", "validation split"]),
+        (["model.n_blocks=99"], ["n_blocks", "2 * n_layer"]),
+    ],
+)
+def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
+    out = tmp_path / "run"
+    result = run_cli("train", *TINY, *args, "--out", str(out))
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("attnres train: error:")
+    for fragment in fragments:
+        assert fragment in message
+    assert not (out / schema.CHECKPOINT_DIR).exists()
+
+
+def test_empty_corpus_is_rejected(tmp_path):
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "empty.txt").write_text("")
+    result = run_cli("train", *TINY, f"data.corpus={tmp_path / 'texts'}", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "holds no text" in result.stderr
+
+
+def test_config_file_and_override_precedence(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model:\n  n_layer: 3\n  d_model: 48\ntrain:\n  lr: 1e-3\n")
+    cfg = resolve_run_config(path, ["train.lr=2e-3"])
+    assert (cfg.model.n_layer, cfg.model.d_model, cfg.train.lr) == (3, 48, 2e-3)
+    assert cfg.model.n_head == 4  # the default
