@@ -15,7 +15,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 from attnres import schema
 from attnres.budget import Budget, run_budget
@@ -113,8 +113,18 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")  # resuming
 
 
-def train(cfg: RunConfig, run_dir: str | Path, progress: bool | None = None) -> RunResult:
-    """Train ``cfg`` into ``run_dir`` (resuming or skipping as needed) and return its final status."""
+def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
+    """Where a run lives in a results tree: ``RESULTS/<sweep>/<run_id>``."""
+    return Path(results) / cfg.sweep / cfg.run_id
+
+
+def train(
+    cfg: RunConfig, run_dir: str | Path, progress: bool | None = None, callbacks: Sequence[Any] = ()
+) -> RunResult:
+    """Train ``cfg`` into ``run_dir`` (resuming or skipping as needed) and return its final status.
+
+    ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
+    """
     run_dir = Path(run_dir)
     check_same_run(cfg, run_dir)
     previous = run_status(run_dir)
@@ -125,16 +135,18 @@ def train(cfg: RunConfig, run_dir: str | Path, progress: bool | None = None) -> 
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     if rank_zero_only.rank != 0:  # DDP ranks > 0: no folder bookkeeping, just train
-        return _fit(cfg, run_dir, corpus, budget, progress=False)
+        return _fit(cfg, run_dir, corpus, budget, False, callbacks)
     try:
         with run_lock(run_dir):
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
-            return _fit(cfg, run_dir, corpus, budget, progress)
+            return _fit(cfg, run_dir, corpus, budget, progress, callbacks)
     except RunBusy:
         return RunResult(run_dir, "busy", previous["step"] if previous else 0, None, trained=False)
 
 
-def _fit(cfg: RunConfig, run_dir: Path, corpus: Corpus, budget: Budget, progress: bool | None) -> RunResult:
+def _fit(
+    cfg: RunConfig, run_dir: Path, corpus: Corpus, budget: Budget, progress: bool | None, callbacks: Sequence[Any]
+) -> RunResult:
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
@@ -178,7 +190,7 @@ def _fit(cfg: RunConfig, run_dir: Path, corpus: Corpus, budget: Budget, progress
         check_val_every_n_epoch=1,
         num_sanity_val_steps=0,
         logger=False,
-        callbacks=[logger, checkpoints],
+        callbacks=[logger, *callbacks, checkpoints],
         enable_progress_bar=rt.progress_bar if progress is None else progress,
         enable_model_summary=False,
         default_root_dir=run_dir / schema.CHECKPOINT_DIR,

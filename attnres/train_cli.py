@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     config, overrides = split_items(args.items)
     cfg = resolve_run_config(config, overrides)
-    run_dir = Path(args.out) if args.out else Path(args.results) / cfg.sweep / cfg.run_id
+    from attnres.train import run_dir_for, train
 
-    from attnres.train import train
+    run_dir = Path(args.out) if args.out else run_dir_for(cfg, args.results)
 
     print(f"run {cfg.run_id} -> {run_dir}")
     result = train(cfg, run_dir, progress=False if args.no_progress else None)
