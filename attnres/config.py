@@ -284,16 +284,35 @@ class RunConfig:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What makes the run: model, data and recipe (not the runtime, not the sweep name)."""
-        return {"model": to_dict(self.model), "data": to_dict(self.data), "train": to_dict(self.train)}
+        """What makes the run: model, data and recipe (not the runtime, not the sweep name).
+
+        ``n_blocks`` only counts for Block AttnRes: a baseline or Full run is the same run whatever it says.
+        """
+        model = to_dict(self.model)
+        if self.model.residual != "block":
+            model["n_blocks"] = _defaults(ModelConfig)["n_blocks"]
+        return {"model": model, "data": to_dict(self.data), "train": to_dict(self.train)}
 
     @property
     def run_id(self) -> str:
-        """A stable, readable function of the run's identity: ``<variant>-L<n_layer>-d<d_model>-<hash>``."""
+        """A stable, readable function of the run's identity: ``<variant>-L<n_layer>-d<d_model>-s<seed>-<hash>``.
+
+        The hash covers the identity fields that differ from their defaults, so adding a new field whose
+        default reproduces the old behaviour keeps every existing run id (and results tree) valid.
+        """
         m = self.model
         variant = m.residual if m.residual != "block" else f"block{m.n_blocks}"
-        digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()[:10]
+        changed = {
+            section: {k: v for k, v in values.items() if v != _defaults(type(getattr(self, section)))[k]}
+            for section, values in self.identity.items()
+        }
+        digest = hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:10]
         return f"{variant}-L{m.n_layer}-d{m.d_model}-s{self.train.seed}-{digest}"
+
+
+@cache
+def _defaults(cls: type) -> dict[str, Any]:
+    return to_dict(cls())
 
 
 # ---------------------------------------------------------------------------------------------------------
