@@ -25,8 +25,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-RESIDUALS = ("baseline", "full", "block")
-Residual = Literal["baseline", "full", "block"]
+RESIDUALS = ("baseline", "full", "block", "denseformer", "hc", "mhc")
+Residual = Literal["baseline", "full", "block", "denseformer", "hc", "mhc"]
+ATTNRES = ("full", "block")
 
 
 class ConfigError(ValueError):
@@ -59,7 +60,7 @@ class ModelConfig:
     seq_len: int = 256
     """Context length in tokens."""
     residual: Residual = "block"
-    """Depth mixing: baseline (PreNorm residual sum), full (Full AttnRes) or block (Block AttnRes)."""
+    """Depth mixing: baseline (PreNorm residual sum), full (Full AttnRes), block (Block AttnRes); ablation baselines denseformer, hc (Hyper-Connections), mhc (manifold-constrained HC)."""
     n_blocks: int = 4
     """Block AttnRes: number of depth blocks N, from 1 to 2 * n_layer (used only when residual is block)."""
     d_ff: int | None = None
@@ -74,6 +75,20 @@ class ModelConfig:
     """Standard deviation of the normal initialisation of embeddings and linear weights."""
     key_norm_gain: bool = True
     """Depth-attention key RMSNorm with a learnable gain (the paper's pseudocode); False: parameter-free."""
+    key_norm: bool = True
+    """AttnRes ablation: RMS-normalise the depth-attention keys (the paper); False: the raw sources are the keys."""
+    depth_score: Literal["softmax", "sigmoid"] = "softmax"
+    """AttnRes ablation: softmax over the sources (the paper), or an independent sigmoid per source."""
+    depth_query: Literal["static", "input"] = "static"
+    """AttnRes ablation: static pseudo-query (the paper), or input: a zero-initialised d x d projection of the previous sublayer's input."""
+    depth_mixing: Literal["attention", "scalar"] = "attention"
+    """AttnRes ablation: attention (the paper), or scalar: learned input-independent logits per (query, source), no query or key."""
+    depth_heads: int = 1
+    """AttnRes ablation: depth-attention heads; each of H channel groups gets its own softmax."""
+    depth_window: int = 0
+    """Full AttnRes ablation: attend to the embedding and the last W sublayer outputs only (0: all sources)."""
+    hc_streams: int = 4
+    """hc / mhc: the expansion rate n (number of residual streams)."""
 
     def __post_init__(self) -> None:
         _positive(self, "vocab_size", "n_layer", "d_model", "n_head", "seq_len", "rope_base", "norm_eps")
@@ -99,6 +114,59 @@ class ModelConfig:
             )
         if self.d_ff is not None:
             _require(self.d_ff > 0, f"ModelConfig.d_ff must be positive or None, got {self.d_ff!r}")
+        switches = self.ablation_switches
+        if switches and self.residual not in ATTNRES:
+            _require(
+                False,
+                f"ModelConfig: {', '.join(switches)} only apply to AttnRes (residual full or block), "
+                f"not residual={self.residual!r}; remove them or pick full / block",
+            )
+        _require(
+            self.depth_heads >= 1 and self.d_model % self.depth_heads == 0,
+            f"ModelConfig.depth_heads={self.depth_heads} must be >= 1 and divide d_model={self.d_model}",
+        )
+        _require(self.depth_window >= 0, f"ModelConfig.depth_window must be >= 0 (0: all sources), got {self.depth_window}")
+        _require(
+            self.depth_window == 0 or self.residual == "full",
+            f"ModelConfig.depth_window={self.depth_window} applies to Full AttnRes only (residual=full)",
+        )
+        _require(
+            self.depth_mixing == "attention" or (self.depth_heads == 1 and self.depth_query == "static"),
+            "ModelConfig: depth_mixing=scalar has no query or key, so depth_heads and depth_query do not apply",
+        )
+        _require(self.hc_streams >= 1, f"ModelConfig.hc_streams must be >= 1, got {self.hc_streams}")
+
+    @property
+    def ablation_switches(self) -> list[str]:
+        """The AttnRes ablation switches set away from the paper's method, as ``name=value``."""
+        paper = {"key_norm": True, "depth_score": "softmax", "depth_query": "static", "depth_mixing": "attention",
+                 "depth_heads": 1, "depth_window": 0}
+        return [f"{k}={getattr(self, k)}" for k, v in paper.items() if getattr(self, k) != v]
+
+    @property
+    def variant(self) -> str:
+        """The name a run's depth mixing is grouped by in the results: the residual kind, plus any ablation.
+
+        ``baseline``, ``full``, ``block`` (N is the separate ``n_blocks`` column), ``denseformer``, ``hc4`` /
+        ``mhc4`` (with the stream count), and e.g. ``full+sigmoid``, ``block+no_key_norm``, ``full+window8``,
+        ``block+heads16``, ``full+input_query``, ``full+scalar`` for the AttnRes ablations.
+        """
+        if self.residual in ("hc", "mhc"):
+            return f"{self.residual}{self.hc_streams}"
+        tags = []
+        if not self.key_norm:
+            tags.append("no_key_norm")
+        if self.depth_score != "softmax":
+            tags.append(self.depth_score)
+        if self.depth_query != "static":
+            tags.append("input_query")
+        if self.depth_mixing != "attention":
+            tags.append(self.depth_mixing)
+        if self.depth_heads != 1:
+            tags.append(f"heads{self.depth_heads}")
+        if self.depth_window:
+            tags.append(f"window{self.depth_window}")
+        return "+".join([self.residual, *tags])
 
     @property
     def n_sublayers(self) -> int:
@@ -119,7 +187,7 @@ class ModelConfig:
     @property
     def effective_n_blocks(self) -> int | None:
         """Depth blocks actually used: L for Full AttnRes, n_blocks for Block, None for the baseline."""
-        return {"baseline": None, "full": self.n_sublayers, "block": self.n_blocks}[self.residual]
+        return {"full": self.n_sublayers, "block": self.n_blocks}.get(self.residual)
 
     @property
     def block_starts(self) -> tuple[int, ...]:
@@ -301,7 +369,7 @@ class RunConfig:
         default reproduces the old behaviour keeps every existing run id (and results tree) valid.
         """
         m = self.model
-        variant = m.residual if m.residual != "block" else f"block{m.n_blocks}"
+        variant = m.variant.replace("block", f"block{m.n_blocks}", 1) if m.residual == "block" else m.variant
         changed = {
             section: {k: v for k, v in values.items() if v != _defaults(type(getattr(self, section)))[k]}
             for section, values in self.identity.items()

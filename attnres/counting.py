@@ -46,39 +46,72 @@ class ParamCounts:
         return self.embedding + self.lm_head + self.non_embedding
 
 
+def _depth_params(cfg: ModelConfig) -> int:
+    d, L, queries = cfg.d_model, cfg.n_sublayers, cfg.n_sublayers + 1
+    if cfg.residual == "baseline":
+        return 0
+    if cfg.residual == "denseformer":
+        return sum(i + 2 for i in range(cfg.n_layer))  # block i averages the embedding and i + 1 block outputs
+    if cfg.residual in ("hc", "mhc"):
+        n = cfg.hc_streams
+        return L * (n * d * (n * n + 2 * n) + 3 + 2 * n + n * n)  # phi, alpha, b_pre, b_post, b_res
+    if cfg.depth_mixing == "scalar":
+        sources = queries if cfg.residual == "full" else cfg.n_blocks + 1
+        return queries * sources
+    query = queries * d * d if cfg.depth_query == "input" else queries * d
+    gain = queries * d if (cfg.key_norm and cfg.key_norm_gain) else 0
+    return query + gain
+
+
 def count_params(cfg: ModelConfig) -> ParamCounts:
     d, h = cfg.d_model, cfg.hidden_dim
     attention = d + 3 * d * d + d * d  # PreNorm gain, fused QKV, output projection (no biases)
     mlp = d + 2 * d * h + h * d  # PreNorm gain, fused gate+up, down projection
-    depth = 0
-    if cfg.residual != "baseline":
-        queries = cfg.n_sublayers + 1  # one per sublayer, one for the final aggregation
-        depth = queries * d * (2 if cfg.key_norm_gain else 1)  # pseudo-query (+ key-norm gain) per query
     return ParamCounts(
         embedding=cfg.vocab_size * d,
         lm_head=0 if cfg.tie_embeddings else cfg.vocab_size * d,
         blocks=cfg.n_layer * (attention + mlp),
         final_norm=d,
-        depth_mixing=depth,
+        depth_mixing=_depth_params(cfg),
     )
 
 
 def depth_sources(cfg: ModelConfig) -> list[int]:
     """Number of depth-attention sources read by each sublayer's input and by the final aggregation.
 
-    Entry l (0 <= l < L) is sublayer l's source count, entry L the final aggregation's; empty for the
-    baseline. Block AttnRes: the completed blocks (the embedding is block 0), plus the current block's
-    partial sum when the sublayer is not the first of its block.
+    Entry l (0 <= l < L) is sublayer l's source count, entry L the final aggregation's; empty unless the
+    model is Full or Block AttnRes. Block AttnRes: the completed blocks (the embedding is block 0), plus the
+    current block's partial sum when the sublayer is not the first of its block. A Full AttnRes window W
+    keeps the embedding and the last W outputs.
     """
     starts = cfg.block_starts
     if not starts:
         return []
     counts = []
-    for layer in range(cfg.n_sublayers):
-        block = max(k for k, s in enumerate(starts) if s <= layer)
-        counts.append(1 + block + (1 if layer > starts[block] else 0))
-    counts.append(1 + len(starts))
+    for layer in range(cfg.n_sublayers + 1):
+        if layer == cfg.n_sublayers:
+            count = 1 + len(starts)
+        else:
+            block = max(k for k, s in enumerate(starts) if s <= layer)
+            count = 1 + block + (1 if layer > starts[block] else 0)
+        if cfg.depth_window:
+            count = min(count, 1 + cfg.depth_window)
+        counts.append(count)
     return counts
+
+
+def _depth_flops(cfg: ModelConfig) -> float:
+    d, L = cfg.d_model, cfg.n_sublayers
+    if cfg.residual == "denseformer":
+        return sum(2 * d * (i + 2) for i in range(cfg.n_layer))
+    if cfg.residual in ("hc", "mhc"):
+        n = cfg.hc_streams
+        per_sublayer = 2 * n * d * (n * n + 2 * n) + 2 * n * d + 2 * n * n * d + 2 * n * d  # maps, pre, res, post
+        return L * per_sublayer
+    sources = depth_sources(cfg)
+    per_pair = 2 * d if cfg.depth_mixing == "scalar" else 4 * d  # weighted sum (+ logit)
+    query = 2 * d * d * (L + 1) if cfg.depth_query == "input" else 0
+    return sum(per_pair * s for s in sources) + query
 
 
 @dataclass(frozen=True)
@@ -108,7 +141,7 @@ def count_flops(cfg: ModelConfig) -> FlopCounts:
         attention_scores=n * 2 * (2 * t * d),
         mlp=n * 2 * (3 * d * h),
         lm_head=2 * d * cfg.vocab_size,
-        depth_attention=sum(4 * d * s for s in depth_sources(cfg)),
+        depth_attention=_depth_flops(cfg),
     )
 
 

@@ -244,4 +244,12 @@ def build_mixer(cfg: ModelConfig, reference: bool = False) -> DepthMixer:
     """The one place that maps a config to its depth mixer."""
     if cfg.residual == "baseline":
         return ResidualSum()
-    return ReferenceAttnRes(cfg) if reference else AttnRes(cfg)
+    if cfg.residual in ("full", "block") and not cfg.ablation_switches:
+        return ReferenceAttnRes(cfg) if reference else AttnRes(cfg)
+    from attnres import ablations  # the ablations import this module
+
+    if cfg.residual == "denseformer":
+        return ablations.DenseFormer(cfg)
+    if cfg.residual in ("hc", "mhc"):
+        return ablations.HyperConnections(cfg)
+    return ablations.AttnResAblation(cfg)

@@ -134,13 +134,14 @@ class AttnResLM(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
+        """Embeddings, linear weights and norm gains; the depth mixer initialises its own parameters."""
         std = self.cfg.init_std
         for name, p in self.named_parameters():
+            if name.startswith("depth."):
+                continue
             if name.endswith(("proj.weight", "down.weight")):
                 nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.n_layer))
-            elif name.endswith("pseudo_query"):
-                nn.init.zeros_(p)
-            elif p.ndim == 2 and not name.endswith("key_gain"):
+            elif p.ndim == 2:
                 nn.init.normal_(p, 0.0, std)
             else:
                 nn.init.ones_(p)

@@ -46,7 +46,7 @@ class RunRow:
             "schema_version": schema.SCHEMA_VERSION,
             "run_id": self.cfg.run_id,
             "sweep": self.cfg.sweep,
-            "variant": m.residual,
+            "variant": m.variant,
             "n_blocks": m.effective_n_blocks,
             "block_size": m.block_size,
             "n_layer": m.n_layer,
