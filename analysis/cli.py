@@ -1,0 +1,101 @@
+"""``attnres fit RESULTS_DIR``: fit every sweep, print the table, save the same numbers to ``fit.json``.
+
+``register(subparsers)`` adds the sub-command to the ``attnres`` CLI; heavy imports (numpy, scipy, pandas)
+happen inside :func:`run`, so ``attnres --help`` stays fast. Also runnable as ``python -m analysis.cli fit DIR``
+or ``python -m analysis fit DIR``. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_OUTPUT = "fit.json"
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``fit`` to an argparse sub-parsers object; its ``func`` is :func:`run`."""
+    parser = subparsers.add_parser(
+        "fit",
+        help="fit scaling laws and the effective compute multiplier (with confidence intervals)",
+        description=(
+            "Fit L = A * C^-alpha (or E + A * C^-alpha) per variant in every sweep under RESULTS_DIR, a joint fit "
+            "with a shared exponent, the effective compute multiplier M(C) = C_base(L_var(C)) / C of every variant "
+            "over the baseline at each budget and at the largest, with bootstrap intervals, the wall-clock "
+            "multiplier, and the Chinchilla surface where N and D vary independently. Prints a table and writes "
+            "the same numbers at full precision to RESULTS_DIR/fit.json. See docs/analysis.md."
+        ),
+    )
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet")
+    parser.add_argument("--form", default="A*C^-alpha", choices=["A*C^-alpha", "E+A*C^-alpha"],
+                        help="curve form (default: the paper's A*C^-alpha)")  # fmt: skip
+    parser.add_argument("--select", default="mean", choices=["mean", "best"],
+                        help="point per (variant, size, budget): mean over seeds at the best LR (default), or the best run")  # fmt: skip
+    parser.add_argument("--baseline", default="baseline", help="the variant the others are compared with (default: baseline)")
+    parser.add_argument("--level", type=float, default=0.9, help="confidence level of the intervals (default 0.9)")
+    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000; 0: no intervals)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    parser.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log-loss residuals (default 1e-3)")
+    parser.add_argument("--exponent", default="auto", choices=["auto", "shared", "unshared"],
+                        help="headline multiplier from a shared exponent, separate ones, or auto: shared unless the test says they differ")  # fmt: skip
+    parser.add_argument("--frontier", default="auto", choices=["auto", "on", "off"],
+                        help="IsoFLOP minima per budget when a budget has several sizes (auto), always, or never")  # fmt: skip
+    parser.add_argument("--units", default="flops", choices=["flops", "pflops_days"],
+                        help="compute unit of the fits and tables (default: training FLOPs as stored)")  # fmt: skip
+    parser.add_argument("--sweep", action="append", default=None, help="fit only this sweep (repeatable; default: all)")
+    parser.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
+    parser.add_argument("--out", default=None, help=f"where to write the JSON (default: RESULTS_DIR/{DEFAULT_OUTPUT})")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``attnres fit``; returns the exit code (0 ok, 1 nothing could be fitted, 2 bad input)."""
+    from attnres.schema import atomic_write_bytes
+
+    from analysis.errors import AnalysisError
+    from analysis.load import load_results
+    from analysis.summary import fit_results
+
+    try:
+        results = load_results(args.results_dir, tables=())
+        report = fit_results(
+            results,
+            form=args.form,
+            select=args.select,
+            baseline=args.baseline,
+            level=args.level,
+            n_boot=args.n_boot,
+            seed=args.seed,
+            delta=args.delta,
+            exponent=args.exponent,
+            frontier=args.frontier,
+            compute_unit=args.units,
+            sweeps=args.sweep,
+            chinchilla=not args.no_chinchilla,
+        )
+    except AnalysisError as err:
+        print(f"attnres fit: error: {err}", file=sys.stderr)
+        return 2
+    print(report.format_table())
+    out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUTPUT
+    atomic_write_bytes(out, report.to_json().encode())
+    print(f"\nwrote {out}")
+    if not any(sweep.curves for sweep in report.sweeps):
+        print("attnres fit: no curve could be fitted (see the notes and problems above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.cli fit RESULTS_DIR``: the same sub-command without the rest of ``attnres``."""
+    parser = argparse.ArgumentParser(prog="attnres")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Load a whole results tree into DataFrames, reporting every run that cannot be used instead of failing.
+
+Reads only the parquet contract of :mod:`attnres.schema` (pyarrow, no torch). A results tree is
+``RESULTS/<sweep>/<run_id>/`` folders; any folder below ``RESULTS`` holding a ``run.parquet`` or a
+``config.yaml`` and no run folder below it is a run folder (so a single sweep folder or a single run folder
+loads too, and a sweep folder with its own config.yaml is not mistaken for a run).
+
+What is reported as a :class:`Problem` (the run folder and the reason), never raised:
+
+* no ``run.parquet`` (never started, or crashed before its first write);
+* an unreadable file, or one written with another ``schema_version`` (:class:`attnres.schema.SchemaError`);
+* a run not finished: status ``running`` (with its step), ``failed`` / ``diverged`` (with its error);
+* a finished run without a final ``val_loss``.
+
+Unfinished and failed runs stay in ``Results.runs`` with their status (``sweep status`` style views need
+them); the fits use only ``status == "done"`` runs with a finite loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from attnres.schema import (
+    CONFIG_FILE,
+    DEPTH_ATTN_FILE,
+    DEPTH_ATTN_SCHEMA,
+    LAYERS_FILE,
+    LAYERS_SCHEMA,
+    METRICS_FILE,
+    METRICS_SCHEMA,
+    RUN_FILE,
+    RUN_SCHEMA,
+    STATUSES,
+    SchemaError,
+    read_table,
+)
+
+from analysis.errors import ResultsError
+
+TABLES = ("metrics", "layers", "depth_attn")
+_PER_RUN = {"metrics": (METRICS_FILE, METRICS_SCHEMA), "layers": (LAYERS_FILE, LAYERS_SCHEMA), "depth_attn": (DEPTH_ATTN_FILE, DEPTH_ATTN_SCHEMA)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A run that cannot be used as it is: its folder (relative to the results root), run id and the reason."""
+
+    path: str
+    run_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "run_id": self.run_id, "reason": self.reason}
+
+
+@dataclass(frozen=True, eq=False)
+class Results:
+    """A loaded results tree.
+
+    ``runs``: one row per readable run.parquet (every RUN_SCHEMA column, plus ``path``, the run folder
+    relative to ``root``). ``metrics``, ``layers``, ``depth_attn``: the per-run tables concatenated, with
+    ``sweep`` and ``run_id`` columns first. ``problems``: the runs that cannot be used, by name.
+    ``inputs_hash``: sha256 of the runs table (all run.parquet rows, canonical JSON sorted by sweep and
+    run_id), which identifies what a fit was made from.
+    """
+
+    root: Path
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    layers: pd.DataFrame
+    depth_attn: pd.DataFrame
+    problems: tuple[Problem, ...] = field(default_factory=tuple)
+    inputs_hash: str = ""
+
+    @property
+    def sweeps(self) -> list[str]:
+        return sorted(self.runs["sweep"].dropna().unique().tolist()) if len(self.runs) else []
+
+    @property
+    def finished(self) -> pd.DataFrame:
+        """Runs with status ``done`` and a finite, positive ``val_loss``: what the fits use."""
+        runs = self.runs
+        if runs.empty:
+            return runs
+        loss = pd.to_numeric(runs["val_loss"], errors="coerce")
+        return runs[(runs["status"] == "done") & loss.notna() & (loss > 0) & loss.map(math.isfinite)]
+
+
+def _empty(schema: pa.Schema, lead: Iterable[str] = ()) -> pd.DataFrame:
+    frame = schema.empty_table().to_pandas()
+    for i, name in enumerate(lead):
+        frame.insert(i, name, pd.Series([], dtype="str"))
+    return frame
+
+
+def _run_folders(root: Path) -> list[Path]:
+    found = set()
+    for name in (RUN_FILE, CONFIG_FILE):
+        for path in root.rglob(name):
+            rel = path.relative_to(root).parts
+            if any(part.startswith(".") or part == "checkpoints" for part in rel[:-1]):
+                continue
+            found.add(path.parent)
+    # a folder holding run folders (a sweep folder with its own config.yaml, say) is not itself a run
+    ancestors = {parent for folder in found for parent in folder.parents}
+    return sorted(found - ancestors)
+
+
+def _hash_runs(runs: pd.DataFrame) -> str:
+    if runs.empty:
+        return hashlib.sha256(b"[]").hexdigest()
+    ordered = runs.sort_values(["sweep", "run_id", "path"], kind="stable")
+    records = []
+    for row in ordered.to_dict(orient="records"):
+        clean = {}
+        for key, value in row.items():
+            if isinstance(value, float) and math.isnan(value):
+                value = None
+            elif value is pd.NA or value is pd.NaT:
+                value = None
+            elif hasattr(value, "item"):
+                value = value.item()
+            clean[key] = value
+        records.append(clean)
+    text = json.dumps(records, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results:
+    """Load every run under ``root`` (``RESULTS/<sweep>/<run_id>/``) into a :class:`Results`.
+
+    ``tables`` chooses which per-run tables to read besides run.parquet ("metrics", "layers",
+    "depth_attn"; ``()`` for the runs table alone, which is all the fits need). Unreadable or unfinished
+    runs are listed in ``Results.problems`` by folder and reason; nothing about a single run raises.
+    Raises :class:`ResultsError` only when ``root`` is not a folder.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ResultsError(f"results directory {str(root)!r} does not exist or is not a folder; pass RESULTS_DIR")
+    tables = tuple(tables)
+    unknown = set(tables) - set(TABLES)
+    if unknown:
+        raise ResultsError(f"unknown table(s) {sorted(unknown)}; choose from {', '.join(TABLES)}")
+    problems: list[Problem] = []
+    run_frames: list[pd.DataFrame] = []
+    per_run: dict[str, list[pd.DataFrame]] = {name: [] for name in tables}
+    for folder in _run_folders(root):
+        rel = folder.relative_to(root).as_posix() or "."
+        name = folder.name
+        run_path = folder / RUN_FILE
+        if not run_path.exists():
+            problems.append(Problem(rel, name, "no run.parquet: the run never started or crashed before writing it"))
+            continue
+        try:
+            table = read_table(run_path, RUN_SCHEMA)
+        except SchemaError as err:
+            problems.append(Problem(rel, name, f"run.parquet does not follow this version's contract: {err}"))
+            continue
+        except (pa.ArrowException, OSError, ValueError) as err:
+            problems.append(Problem(rel, name, f"run.parquet is unreadable ({type(err).__name__}: {err})"))
+            continue
+        frame = table.select(RUN_SCHEMA.names).to_pandas()
+        if len(frame) != 1:
+            problems.append(Problem(rel, name, f"run.parquet holds {len(frame)} rows instead of one"))
+            if frame.empty:
+                continue
+            frame = frame.iloc[[-1]]
+        frame.insert(len(frame.columns), "path", rel)
+        row = frame.iloc[0]
+        run_id = str(row["run_id"])
+        status = str(row["status"])
+        if status not in STATUSES:
+            problems.append(Problem(rel, run_id, f"unknown status {status!r} (expected one of {', '.join(STATUSES)})"))
+        elif status == "running":
+            problems.append(Problem(rel, run_id, f"unfinished: status running at step {row['step']} of {row['max_steps']}"))
+        elif status in ("failed", "diverged"):
+            error = row["error"] if isinstance(row["error"], str) and row["error"] else "no error recorded"
+            problems.append(Problem(rel, run_id, f"{status}: {error}"))
+        else:
+            loss = pd.to_numeric(pd.Series([row["val_loss"]]), errors="coerce").iloc[0]
+            if pd.isna(loss) or not math.isfinite(loss) or loss <= 0:
+                shown = "missing" if pd.isna(loss) else f"{float(loss)!r}"
+                problems.append(Problem(rel, run_id, f"status done but val_loss is {shown}: the run is left out of the fits"))
+        run_frames.append(frame)
+        for tname in tables:
+            fname, schema = _PER_RUN[tname]
+            path = folder / fname
+            if not path.exists():
+                if tname == "metrics" and status == "done":
+                    problems.append(Problem(rel, run_id, "no metrics.parquet (loss curves of this run are missing)"))
+                continue
+            try:
+                t = read_table(path, schema).select(schema.names).to_pandas()
+            except SchemaError as err:
+                problems.append(Problem(rel, run_id, f"{fname} does not follow this version's contract: {err}"))
+                continue
+            except (pa.ArrowException, OSError, ValueError) as err:
+                problems.append(Problem(rel, run_id, f"{fname} is unreadable ({type(err).__name__}: {err})"))
+                continue
+            t.insert(0, "run_id", run_id)
+            t.insert(0, "sweep", str(row["sweep"]))
+            per_run[tname].append(t)
+    runs = pd.concat(run_frames, ignore_index=True) if run_frames else _empty(RUN_SCHEMA).assign(path=pd.Series([], dtype="str"))
+    dupes = runs[runs.duplicated(["sweep", "run_id"], keep=False)] if len(runs) else runs
+    for _, row in dupes.iterrows():
+        problems.append(Problem(str(row["path"]), str(row["run_id"]), "the same (sweep, run_id) appears in more than one folder"))
+    frames = {}
+    for tname, (_, schema) in _PER_RUN.items():
+        parts = per_run.get(tname, [])
+        frames[tname] = pd.concat(parts, ignore_index=True) if parts else _empty(schema, ("sweep", "run_id"))
+    return Results(
+        root=root,
+        runs=runs,
+        metrics=frames["metrics"],
+        layers=frames["layers"],
+        depth_attn=frames["depth_attn"],
+        problems=tuple(problems),
+        inputs_hash=_hash_runs(runs),
+    )
