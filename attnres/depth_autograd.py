@@ -15,7 +15,7 @@ instead keep the completed sources in one preallocated buffer per forward pass, 
   online-softmax rule, which for two groups is ``h = p + keep * (o - p)``, ``keep = sigmoid(lse - logit_p)``.
 
 Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous: values (M, B, T, D),
-logits (Q, M, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
+logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
 element-wise ops beats a batched matmul of tiny matrices on CPU and keeps the memory traffic minimal.
 Everything runs in at least fp32 (autocast is disabled inside), so the depth softmax is fp32 on any device.
 Shapes: B batch, T tokens, M slots (blocks + embedding), Q queries (L sublayers + final), D width, S block
@@ -39,7 +39,7 @@ class Buffers:
         dtype = torch.promote_types(like.dtype, torch.float32)
         self.eps = eps
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
-        self.logits = like.new_empty(queries, slots, b, t, dtype=dtype)  # (Q, M, B, T)
+        self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
         self.inv_rms = like.new_empty(slots, b, t, dtype=dtype)  # (M, B, T)
         self.value_grad: Tensor | None = None
         self.logit_grad: Tensor | None = None
@@ -91,8 +91,9 @@ class Deposit(Function):
             x.copy_(value)
             r = bufs.inv_rms[slot]
             r.copy_(_inv_rms(x, bufs.eps))
-            scores = x.reshape(-1, x.shape[-1]) @ u.to(x.dtype).T  # (B*T, Q)
-            bufs.logits[:, slot].copy_(scores.T.reshape(-1, *r.shape)).mul_(r)  # (Q, B, T)
+            logits = bufs.logits[slot]  # (Q, B, T)
+            torch.mm(u.to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
+            logits.mul_(r)
         ctx.bufs, ctx.slot = bufs, slot
         ctx.save_for_backward(u)
         return value.new_empty(0)
@@ -106,9 +107,9 @@ class Deposit(Function):
         with _no_autocast(u):
             x = bufs.values[slot]  # (B, T, D)
             r = bufs.inv_rms[slot]  # (B, T)
-            dzr = bufs.logit_grad[:, slot] * r  # (Q, B, T)
+            dzr = bufs.logit_grad[slot] * r  # (Q, B, T)
             # z_q = r (x . u_q) and dr/dx = -r^3 x / D, so dx = r dz @ U - (r^2 / D) (dz . z) x
-            coef = (dzr * bufs.logits[:, slot]).sum(0).mul_(r).div_(-x.shape[-1])  # (B, T)
+            coef = (dzr * bufs.logits[slot]).sum(0).mul_(r).div_(-x.shape[-1])  # (B, T)
             flat = dzr.reshape(dzr.shape[0], -1)  # (Q, B*T)
             dx = (flat.T @ u.to(x.dtype)).view_as(x)
             dx.addcmul_(x, coef.unsqueeze(-1)).add_(bufs.value_grad[slot])
@@ -122,7 +123,7 @@ class Phase1(Function):
     @staticmethod
     def forward(ctx: Any, bufs: Buffers, k: int, q0: int, q1: int, *tokens: Tensor) -> tuple[Tensor, ...]:
         with _no_autocast(bufs.values):
-            scores = bufs.logits[q0:q1, :k]  # (S, k, B, T)
+            scores = bufs.logits[:k, q0:q1].transpose(0, 1)  # (S, k, B, T)
             lse = scores.logsumexp(dim=1)  # (S, B, T)
             weights = (scores - lse.unsqueeze(1)).exp_()  # (S, k, B, T)
             # one allocation per query: a sublayer's norm saves its input, which must not pin the others
@@ -140,7 +141,7 @@ class Phase1(Function):
         with _no_autocast(weights):
             dots = torch.stack([_dots(bufs.values, k, dout) for dout in douts])  # (S, k, B, T)
             mean = (weights * dots).sum(dim=1, keepdim=True)  # (S, 1, B, T)
-            logit_grad[q0:q1, :k] += weights * (dots - mean + dlse.unsqueeze(1))
+            logit_grad[:k, q0:q1] += (weights * (dots - mean + dlse.unsqueeze(1))).transpose(0, 1)
             for s, dout in enumerate(douts):
                 for j in range(k):
                     value_grad[j].addcmul_(dout, weights[s, j].unsqueeze(-1))
@@ -182,15 +183,16 @@ class Merge(Function):
             dh = dh.to(h.dtype)
             gap = _weighted_sum(weights, bufs.values, torch.empty_like(h)).sub_(h)  # out - h
             # d h / d keep = out - p = gap / (1 - keep), so the score (lse - logit) gets keep * <dh, gap>
-            dscore = (dh * gap).sum(-1).mul_(keep)  # (B, T)
+            dscore = torch.linalg.vecdot(dh, gap).mul_(keep)  # (B, T)
             rest = 1 - keep
             ratio = torch.where(rest > 0, keep / rest, 0.0)  # keep == 1 exactly: gap = 0, no gradient
-            p = torch.addcmul(h, gap, ratio.unsqueeze(-1), value=-1.0)  # (B, T, D)
-            # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D
-            a = (-dscore * r).unsqueeze(-1)  # (B, T, 1)
-            c = (dscore * logit * r.square() / p.shape[-1]).unsqueeze(-1)
+            # p = h - ratio * gap; logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D, so with
+            # a = -dscore r and c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c h - c ratio gap
+            a = -dscore * r  # (B, T)
+            c = dscore * logit * r.square() / h.shape[-1]
             dp = torch.mul(dh, rest.unsqueeze(-1))
-            dp.addcmul_(a, u.to(p.dtype)).addcmul_(c, p)
-            du = (a.reshape(1, -1) @ p.reshape(-1, p.shape[-1])).reshape(-1)
+            dp.addcmul_(a.unsqueeze(-1), u.to(h.dtype)).addcmul_(h, c.unsqueeze(-1)).addcmul_(gap, (c * ratio).unsqueeze(-1), value=-1.0)
+            flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
+            du = a.reshape(-1) @ flat(h) - (a * ratio).reshape(-1) @ flat(gap)  # sum over tokens of a p
             dout = dh * keep.unsqueeze(-1)
         return dout, dscore, dp.to(ctx.p_dtype), du.to(u.dtype), None, None
