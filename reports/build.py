@@ -1,0 +1,654 @@
+"""The report builder: a results tree in, every figure and table out, with report.md, report.html and
+report.json.
+
+:func:`build_report` loads the results (:func:`analysis.load_results`), fits them once
+(:func:`analysis.fit_results`, the same numbers ``attnres fit`` prints), draws every figure the data allow
+(one sweep at a time) and writes::
+
+    OUT/report.md       title, provenance, headline, fit and multiplier tables, figures with captions,
+                        Table 2 / Table 4 like tables, skipped figures with the reason, runs left out
+    OUT/report.html     the same page, self-contained (PNGs embedded as base64)
+    OUT/report.json     provenance, headline, figures, skipped, tables and the fit (= fit.json) at full precision
+    OUT/fit.json        exactly what ``attnres fit`` writes for the same options
+    OUT/figures/<sweep>/<figure>.png|.svg(|.pdf)
+    OUT/tables/<sweep>/<table>.csv
+
+A figure whose data are missing is skipped with its reason (:class:`reports.data.MissingData`); any other
+error in one figure is also recorded as a skip (``strict=True`` raises it instead), so a partial results tree
+never stops the report. Output is deterministic: the same results give the same report.md and report.json
+byte for byte, and the same PNG/SVG files with the same matplotlib. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from reports.data import MissingData
+from reports.document import Block, Bullets, Heading, Image, Paragraph, Table, to_html, to_markdown
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis import Estimate, FitReport, Results
+
+REPORT_FORMAT = "attnres-report/1"
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+@dataclass(frozen=True)
+class FigureRecord:
+    """A figure written: its name, sweep (None for the paper's reference figure), title, caption, files."""
+
+    name: str
+    sweep: str | None
+    title: str
+    caption: str
+    files: tuple[Path, ...]
+
+    def to_dict(self, root: Path) -> dict[str, Any]:
+        return {"name": self.name, "sweep": self.sweep, "title": self.title, "caption": self.caption,
+                "files": [p.relative_to(root).as_posix() for p in self.files]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A figure or table not drawn, and why."""
+
+    name: str
+    sweep: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.name}" + (f" (sweep {self.sweep})" if self.sweep else "") + f": {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "sweep": self.sweep, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One variant's multiplier over the baseline at its largest budget (the number a talk quotes)."""
+
+    sweep: str
+    variant: str
+    label: str
+    compute: float
+    compute_unit: str
+    multiplier: Estimate
+    level: float
+    exponent: str
+    n_runs_variant: int
+    n_runs_baseline: int
+    status: str
+
+    def text(self) -> str:
+        pct = int(round(self.level * 100))
+        return (f"{self.label}: M = {self.multiplier.text(3)} ({pct}% CI) at {self.compute:.3g} {self.compute_unit}, "
+                f"{self.exponent} exponent, {self.n_runs_variant} vs {self.n_runs_baseline} runs, fits {self.status}")  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        from analysis.bootstrap import json_number
+
+        return {"sweep": self.sweep, "variant": self.variant, "label": self.label, "compute": json_number(self.compute),
+                "compute_unit": self.compute_unit, "multiplier": self.multiplier.to_dict(), "level": self.level,
+                "exponent": self.exponent, "n_runs_variant": self.n_runs_variant, "n_runs_baseline": self.n_runs_baseline,
+                "status": self.status, "text": self.text()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """What :func:`build_report` wrote and what it skipped, with the fit it used."""
+
+    out_dir: Path
+    report_md: Path
+    report_html: Path | None
+    report_json: Path
+    fit_json: Path
+    files: tuple[Path, ...]
+    figures: tuple[FigureRecord, ...]
+    skipped: tuple[Skipped, ...]
+    headline: tuple[Headline, ...]
+    fit: FitReport = field(repr=False)
+    results: Results = field(repr=False)
+    seconds: float = 0.0
+
+    def headline_text(self) -> str:
+        """One line per variant and sweep (empty when no multiplier could be computed)."""
+        return "\n".join(h.text() for h in self.headline)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "sweep"
+
+
+def save_figure(fig: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
+    """Write ``fig`` as ``stem.<format>`` for each format, deterministically (no dates or versions in the
+    files, fixed SVG ids), each file written atomically; closes the figure."""
+    import matplotlib.pyplot as plt
+    from attnres.schema import atomic_write_bytes
+
+    from reports.style import DPI, rc_context
+
+    metadata = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}, "pdf": {"CreationDate": None, "Creator": None, "Producer": None}}
+    paths = []
+    try:
+        with rc_context():
+            for fmt in formats:
+                buffer = io.BytesIO()
+                fig.savefig(buffer, format=fmt, dpi=DPI, metadata=metadata[fmt])
+                path = stem.with_suffix(f".{fmt}")
+                atomic_write_bytes(path, buffer.getvalue())
+                paths.append(path)
+    finally:
+        plt.close(fig)
+    return paths
+
+
+_CAPTIONS = {
+    "scaling_curves": (
+        "Scaling curves",
+        "Validation loss against training compute on log-log axes: markers are the points the fits use ({points}; faint hollow "
+        "markers are the individual runs), lines the fitted power laws per variant, and the lower panel shows each as a percentage "
+        "of the baseline's fitted loss, so below 0 % means a lower loss than the baseline at the same compute; the box gives each "
+        "variant's multiplier M at its largest budget with its {pct}% interval.",
+    ),
+    "multiplier": (
+        "Effective compute multiplier",
+        "The compute the baseline needs to reach a variant's loss, divided by the variant's own compute (M), at each measured "
+        "budget with its {pct}% bootstrap interval, and from the fitted curves (solid: the headline, shared exponent or separate "
+        "exponents; dotted: the other); M above the dashed line at 1 means the variant saves compute, and the thin dotted grey "
+        "line is the paper's value from its own fits (their data).",
+    ),
+    "loss_curves": (
+        "Loss during training",
+        "Loss against training tokens for each variant at one model size (left: the whole run on log tokens; right: the second "
+        "half of training on linear axes), one line per seed of the chosen learning rate; lower is better.",
+    ),
+    "block_output_rms": (
+        "Output magnitude per transformer block",
+        "RMS (over tokens and channels) of the hidden state each transformer block hands on to the next, against depth, at the "
+        "end of training (for the baseline this is the residual stream); the paper reports that the baseline's grows with depth "
+        "while AttnRes keeps it bounded.",
+    ),
+    "block_grad_norm": (
+        "Gradient magnitude per transformer block",
+        "L2 norm of the gradients of each transformer block's parameters against depth at the end of training; the paper "
+        "reports outsized gradients in the baseline's early blocks and a more even profile with AttnRes.",
+    ),
+    "block_size_ablation": (
+        "Block-size ablation",
+        "Validation loss against the block size S in sublayers (S = 1 is Full AttnRes, S = L a single block) at one model size, "
+        "labelled with the number of blocks N, error bars the range over seeds, and the baseline as the horizontal line; points "
+        "below the line beat the baseline.",
+    ),
+    "depth_attention": (
+        "Depth attention",
+        "Mean depth-attention weight (over tokens) that each reading sublayer (row) puts on each source (column; emb = the "
+        "embedding), pre-attention sublayers left and pre-MLP sublayers right with the LM head's final aggregation as the last "
+        "row; each row sums to 1, grey cells are sources a row cannot see{block}.",
+    ),
+    "paper_fits": (
+        "The paper's published fits (reference)",
+        "The paper's own fits L = A C^-alpha in PFLOP/s-days (their data, tokenizer and FLOP count), drawn apart from our runs "
+        "because neither the losses nor the compute are comparable; only the multiplier they imply (1.25 for Block at C = 5.6) "
+        "compares with ours.",
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The builder
+# ---------------------------------------------------------------------------------------------------------
+
+
+def build_report(
+    results_dir: str | Path | Results,
+    out_dir: str | Path,
+    *,
+    formats: Sequence[str] = ("png", "svg"),
+    pdf: bool = False,
+    html: bool = True,
+    paper: bool = True,
+    strict: bool = False,
+    **fit_options: Any,
+) -> ReportSummary:
+    """Build the report of a results tree into ``out_dir`` (created if needed).
+
+    ``results_dir``: a results directory or an already loaded :class:`analysis.Results`. ``formats``: figure
+    formats besides the PNG that is always written (the HTML embeds it); ``pdf=True`` adds PDF. ``html``:
+    also write report.html. ``paper``: add the paper's published fits as a reference figure and its values
+    as reference lines. ``strict``: raise on an unexpected error in a figure instead of recording it as
+    skipped (tests use it). ``fit_options``: passed to :func:`analysis.fit_results` (form, select, baseline,
+    level, n_boot, seed, delta, exponent, frontier, compute_unit, sweeps, chinchilla, budget_rtol).
+    Raises :class:`analysis.ResultsError` when ``results_dir`` is not a folder, and
+    :class:`analysis.AnalysisError` for bad fit options; nothing about the runs themselves raises.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis import Results, fit_results, load_results
+
+    started = time.perf_counter()
+    formats = tuple(dict.fromkeys(["png", *[f.lower().lstrip(".") for f in formats], *(["pdf"] if pdf else [])]))
+    unknown = [f for f in formats if f not in FIGURE_FORMATS]
+    if unknown:
+        raise ValueError(f"unknown figure format(s) {unknown}; choose from {', '.join(FIGURE_FORMATS)}")
+    results = results_dir if isinstance(results_dir, Results) else load_results(results_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fit's warnings are in its notes, which the report lists
+        fit = fit_results(results, **fit_options)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    builder = _Builder(results, fit, out, formats, paper, strict)
+    blocks = builder.document()
+    from attnres.schema import atomic_write_bytes
+
+    md_path, html_path, json_path, fit_path = out / "report.md", out / "report.html", out / "report.json", out / "fit.json"
+    atomic_write_bytes(md_path, to_markdown(blocks).encode())
+    written = [md_path]
+    if html:
+        title = f"AttnRes report: {_title_name(results)}"
+        atomic_write_bytes(html_path, to_html(blocks, out, title).encode())
+        written.append(html_path)
+    atomic_write_bytes(fit_path, fit.to_json().encode())
+    written.append(fit_path)
+    files = builder.files + written + [json_path]
+    record = builder.to_json(files)
+    atomic_write_bytes(json_path, (json.dumps(record, indent=2, allow_nan=False) + "\n").encode())
+    _remove_stale(out, files)
+    return ReportSummary(
+        out_dir=out,
+        report_md=md_path,
+        report_html=html_path if html else None,
+        report_json=json_path,
+        fit_json=fit_path,
+        files=tuple(files),
+        figures=tuple(builder.figures),
+        skipped=tuple(builder.skipped),
+        headline=tuple(builder.headline),
+        fit=fit,
+        results=results,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _title_name(results: Results) -> str:
+    return Path(str(results.root)).resolve().name or str(results.root)
+
+
+def _remove_stale(out: Path, files: Iterable[Path]) -> None:
+    """Delete figure and table files an earlier build of this folder wrote (listed in its report.json's
+    "files") that this build did not write again, so the folder never shows a figure the report no longer has."""
+    previous = out / ".report-files.json"
+    keep = {p.resolve() for p in files}
+    if previous.exists():
+        try:
+            old = json.loads(previous.read_text())
+        except (OSError, ValueError):
+            old = []
+        for rel in old:
+            path = (out / rel).resolve()
+            if path not in keep and out.resolve() in path.parents and path.suffix in (".png", ".svg", ".pdf", ".csv") and path.exists():
+                path.unlink()
+    from attnres.schema import atomic_write_bytes
+
+    atomic_write_bytes(previous, json.dumps(sorted(p.relative_to(out).as_posix() for p in files)).encode())
+
+
+def _json_clean(value: Any) -> Any:
+    from analysis.bootstrap import json_number
+
+    if isinstance(value, dict):
+        return {str(k): _json_clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_clean(v) for v in value]
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, bool):
+        return value
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, (int, float)):
+        return json_number(value)
+    return value
+
+
+def _fmt_loss(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+
+
+def _fmt_delta(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.4f}"
+
+
+def _fmt_count(v: Any) -> str:
+    from reports.style import compact_int
+
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else compact_int(v)
+
+
+def _fmt_sci(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
+
+
+def _fmt_int(v: Any) -> str:
+    return "" if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else str(int(v))
+
+
+class _Builder:
+    """Draws the figures and tables of every sweep and assembles the document (one build, one instance)."""
+
+    def __init__(self, results: Results, fit: FitReport, out: Path, formats: tuple[str, ...], paper: bool, strict: bool):
+        self.results, self.fit, self.out, self.formats, self.paper, self.strict = results, fit, out, formats, paper, strict
+        self.files: list[Path] = []
+        self.figures: list[FigureRecord] = []
+        self.skipped: list[Skipped] = []
+        self.headline: list[Headline] = []
+        self.tables: list[dict[str, Any]] = []
+        self.figure_number = 0
+        self.settings = fit.settings
+        self.pct = int(round(self.settings.level * 100))
+        self.sweeps = [s.sweep for s in fit.sweeps]  # every sweep of the results, or those the fit options chose
+
+    # -- drawing ------------------------------------------------------------------------------------------
+
+    def _attempt(self, name: str, sweep: str | None, make: Callable[[], Any]) -> Any:
+        try:
+            return make()
+        except MissingData as err:
+            self.skipped.append(Skipped(name, sweep, str(err)))
+        except Exception as err:  # one broken figure must not stop the report
+            if self.strict:
+                raise
+            print(f"attnres report: {name} (sweep {sweep}) failed:\n{traceback.format_exc()}", file=sys.stderr)
+            self.skipped.append(Skipped(name, sweep, f"failed with {type(err).__name__}: {err}"))
+        return None
+
+    def figure(self, name: str, sweep: str | None, make: Callable[[], Any], caption_key: str, subject: str | None = None, **fmt: Any) -> list[Block]:
+        fig = self._attempt(name, sweep, make)
+        if fig is None:
+            return []
+        folder = self.out / "figures" / (_safe(sweep) if sweep else "reference")
+        paths = save_figure(fig, folder / name, self.formats)
+        self.files += paths
+        title, caption = _CAPTIONS[caption_key]
+        caption = caption.format(pct=self.pct, **fmt)
+        self.figure_number += 1
+        record = FigureRecord(name, sweep, title, caption, tuple(paths))
+        self.figures.append(record)
+        png = next(p for p in paths if p.suffix == ".png")
+        rel = png.relative_to(self.out).as_posix()
+        others = tuple(p.relative_to(self.out).as_posix() for p in paths if p.suffix != ".png")
+        label = title + (f": {subject}" if subject else "")
+        return [Heading(f"Figure {self.figure_number}. {label}", 4), Image(rel, label, caption, others)]
+
+    def table(self, name: str, sweep: str, make: Callable[[], pd.DataFrame]) -> pd.DataFrame | None:
+        frame = self._attempt(name, sweep, make)
+        if frame is None:
+            return None
+        from attnres.schema import atomic_write_bytes
+
+        path = self.out / "tables" / _safe(sweep) / f"{name}.csv"
+        atomic_write_bytes(path, frame.to_csv(index=False, float_format="%.17g").encode())
+        self.files.append(path)
+        self.tables.append({"name": name, "sweep": sweep, "file": path.relative_to(self.out).as_posix(),
+                            "attrs": dict(frame.attrs), "rows": frame.to_dict(orient="records")})  # fmt: skip
+        return frame
+
+    # -- the document -------------------------------------------------------------------------------------
+
+    def document(self) -> list[Block]:
+        blocks: list[Block] = [Heading(f"AttnRes report: {_title_name(self.results)}", 1)]
+        blocks += self.provenance()
+        sweep_blocks = [self.sweep_section(s) for s in self.sweeps]
+        blocks += self.headline_section()
+        for section in sweep_blocks:
+            blocks += section
+        if self.paper:
+            blocks.append(Heading("Reference: the paper's published fits", 2))
+            blocks += self.figure("paper_fits", None, self._paper_figure, "paper_fits")
+        blocks += self.skipped_section()
+        blocks += self.problems_section()
+        return blocks
+
+    def _paper_figure(self) -> Any:
+        from reports.scaling import plot_paper_curves
+
+        return plot_paper_curves()
+
+    def provenance(self) -> list[Block]:
+        runs, fit, s = self.results.runs, self.fit, self.settings
+        status = runs["status"].astype(str).value_counts().to_dict() if len(runs) else {}
+        counts = ", ".join(f"{status.get(k, 0)} {k}" for k in ("done", "running", "failed", "diverged") if status.get(k, 0)) or "none"
+        shas = _value_counts(runs, "git_sha")
+        conventions = sorted({c for sw in fit.sweeps for c in sw.flops_convention}) or _unique(runs, "flops_convention")
+        devices = _value_counts(runs, "device")
+        precision = _value_counts(runs, "precision")
+        versions = _value_counts(runs, "versions")
+        form = "L = A * C^-alpha (the paper's)" if s.form == "A*C^-alpha" else "L = E + A * C^-alpha"
+        select = "mean over seeds at the best learning rate" if s.select == "mean" else "best run"
+        items = [
+            f"results directory: `{self.results.root}`",
+            f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: {len(self.results.problems)} (listed at the end)",
+            f"sweeps: {', '.join(f'`{x}`' for x in self.results.sweeps) or 'none'}",
+            f"inputs sha256 (of every run.parquet row): `{self.results.inputs_hash}`",
+            "git sha of the runs: " + (", ".join(f"`{k}` ({v} runs)" for k, v in shas) or "not recorded"),
+            "FLOP convention: " + ("; ".join(conventions) or "unknown"),
+            "devices: " + (", ".join(f"{k} ({v})" for k, v in devices) or "unknown") + "; precision: " + (", ".join(f"{k} ({v})" for k, v in precision) or "unknown"),
+            "package versions of the runs: " + (", ".join(f"`{k}` ({v})" for k, v in versions) or "not recorded"),
+            f"fits: {form}; compute in {_unit_name(s.compute_unit)}; points: {select}; baseline `{s.baseline}`; Huber delta {s.delta:g} "
+            f"on log loss; {s.n_boot} bootstrap resamples (seed {s.seed}); {self.pct}% intervals; exponent `{s.exponent}`; "
+            f"IsoFLOP frontier `{s.frontier}`; budgets within {s.budget_rtol:g} relative FLOPs are one budget",
+            f"made by `attnres report` ({_package_version()}); the same numbers as `attnres fit` with the same options (fit.json)",
+        ]
+        return [Heading("Provenance", 2), Bullets(tuple(items))]
+
+    def headline_section(self) -> list[Block]:
+        blocks: list[Block] = [Heading("Headline", 2)]
+        if not self.headline:
+            if not len(self.results.runs):
+                text = "No runs were found under the results directory, so there is nothing to fit."
+            else:
+                text = ("No multiplier could be computed: it needs a fitted baseline curve and a fitted variant curve "
+                        "(at least two budgets each) in the same sweep; see the notes of each sweep.")  # fmt: skip
+            return blocks + [Paragraph(text)]
+        rows = []
+        for h in self.headline:
+            rows.append({"sweep": h.sweep, "variant": h.label, f"M at the largest budget [{self.pct}% CI]": h.multiplier.text(3),
+                         f"at C ({_unit_name(self.settings.compute_unit)})": f"{h.compute:.3g}", "exponent": h.exponent, "runs (variant/baseline)": f"{h.n_runs_variant}/{h.n_runs_baseline}",
+                         "fit status (base/var/joint)": h.status})  # fmt: skip
+        blocks.append(Paragraph(
+            f"M is the effective compute multiplier over the baseline: a variant with M = 1.25 reaches at compute C the loss "
+            f"the baseline reaches only with 1.25 C (compute in {_unit_name(self.settings.compute_unit)}, each variant paying for "
+            f"its own depth attention). Shown at each variant's largest measured budget, with {self.pct}% bootstrap intervals."
+        ))  # fmt: skip
+        blocks.append(Table(pd.DataFrame(rows)))
+        return blocks
+
+    def sweep_section(self, sweep: str) -> list[Block]:
+        from reports import ablation, dynamics, heatmaps, scaling, tables
+        from reports.data import select
+        from reports.style import curve_order, is_attnres, split_curve, variant_label
+
+        sw = self.fit.sweep(sweep)
+        runs, res = self.results.runs, self.results
+        sweep_runs = runs[runs["sweep"].astype(str) == sweep]
+        n_done = int((sweep_runs["status"] == "done").sum())
+        blocks: list[Block] = [Heading(f"Sweep `{sweep}`", 2)]
+        blocks.append(Paragraph(f"{len(sweep_runs)} runs ({n_done} finished); FLOP convention: {'; '.join(sw.flops_convention) or 'unknown'}"
+                                + ("; points are IsoFLOP minima (one compute-optimal point per budget)." if sw.frontier else ".")))  # fmt: skip
+        select_method = self.settings.select
+        points = select(sweep_runs, select_method) if len(sweep_runs) else pd.DataFrame()
+        n_of = {}
+        for c in (points["curve"].unique() if len(points) else []):
+            nb = pd.to_numeric(points.loc[points["curve"] == c, "n_blocks"], errors="coerce").dropna()
+            n_of[c] = int(nb.mode().iloc[0]) if (not nb.empty and split_curve(c)[0] == "block") else None
+        order = curve_order([m.variant for m in sw.multipliers])
+        for m in sorted(sw.multipliers, key=lambda m: order.index(m.variant)):
+            status = f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}"
+            self.headline.append(Headline(sweep, m.variant, variant_label(m.variant, n_of.get(m.variant)), m.compute, _unit_name(self.settings.compute_unit),
+                                          m.multiplier, self.settings.level, m.exponent, m.n_runs_variant, m.n_runs_baseline, status))  # fmt: skip
+        # fits and multipliers
+        blocks.append(Heading("Fits", 3))
+        fit_tab = tables.fit_table(self.fit, sweep) if sw.curves else None
+        if fit_tab is not None:
+            blocks.append(Paragraph(f"One power law per curve, fitted by Huber regression in log space; {self.pct}% bootstrap intervals; "
+                                    "status `converged`, `hit_bound` (a parameter on its bound) or `not_converged`."))  # fmt: skip
+            blocks.append(Table(fit_tab))
+            if sw.joint is not None:
+                j = sw.joint
+                shared = f"alpha = {j.alpha.text()}" + (f", E = {j.E.text()}" if j.E is not None else "")
+                blocks.append(Paragraph(f"Joint fit with one shared exponent ({j.status}): {shared}."))
+        else:
+            blocks.append(Paragraph("No curve could be fitted in this sweep: a curve needs finished runs at two or more budgets "
+                                    "(three with E + A C^-alpha); see the notes below."))  # fmt: skip
+        if sw.curves and not sw.multipliers:
+            blocks.append(Paragraph(f"No multiplier: {scaling.no_multiplier_reason(self.fit, sw)}."))
+        mult = tables.multiplier_table(self.fit, sweep) if sw.multipliers else None
+        if mult is not None:
+            blocks.append(Heading("Effective compute multiplier", 3))
+            blocks.append(Paragraph(f"M(C) = C_base(L_variant(C)) / C at each variant's largest budget: the headline uses the shared-exponent "
+                                    f"fit unless the exponent test says the exponents differ; both are shown. Wall-clock M scales M by the "
+                                    f"measured FLOP/s ratio of the variant to the baseline at the same model size."))  # fmt: skip
+            blocks.append(Table(mult))
+            reasons = [f"`{m.variant}`: {m.exponent} exponent, {m.exponent_reason}" for m in sw.multipliers]
+            blocks.append(Bullets(tuple(reasons)))
+            budget = tables.budget_table(self.fit, sweep)
+            blocks.append(Paragraph("M at each measured budget (the baseline's fit inverted at the variant's measured loss):"))
+            blocks.append(Table(budget))
+        if sw.chinchilla:
+            blocks.append(Paragraph(f"Chinchilla surface L(N, D) = E + A / N^alpha + B / D^beta per curve (N non-embedding parameters, "
+                                    f"D tokens; {self.pct}% intervals):"))  # fmt: skip
+            rows = [{"curve": lab, "status": f.status, "points": f.n_points, "E": f.E.text(), "A": f.A.text(), "B": f.B.text(),
+                     "alpha": f.alpha.text(), "beta": f.beta.text()} for lab, f in sw.chinchilla.items()]  # fmt: skip
+            blocks.append(Table(pd.DataFrame(rows)))
+        if sw.notes:
+            blocks.append(Paragraph("Notes from the fit:"))
+            blocks.append(Bullets(tuple(sw.notes)))
+        # figures
+        blocks.append(Heading("Figures", 3))
+        n_before = len(blocks)
+        point_kind = "IsoFLOP minima per budget" if sw.frontier else ("mean over seeds at the best learning rate" if select_method == "mean" else "the best run")
+        blocks += self.figure("scaling_curves", sweep, lambda: scaling.plot_scaling_curves(self.fit, sweep, runs=runs), "scaling_curves", points=point_kind)
+        blocks += self.figure("multiplier", sweep, lambda: scaling.plot_multiplier(self.fit, sweep, runs=runs, paper_reference=self.paper), "multiplier")
+        blocks += self.figure("loss_curves", sweep, lambda: dynamics.plot_loss_curves(runs, res.metrics, sweep=sweep, select_method=select_method), "loss_curves")
+        blocks += self.figure("block_output_rms", sweep, lambda: dynamics.plot_block_output_rms(runs, res.layers, sweep=sweep, select_method=select_method), "block_output_rms")
+        blocks += self.figure("block_grad_norm", sweep, lambda: dynamics.plot_block_grad_norm(runs, res.layers, sweep=sweep, select_method=select_method), "block_grad_norm")
+        blocks += self.figure("block_size_ablation", sweep, lambda: ablation.plot_block_size_ablation(runs, sweep=sweep, select_method=select_method), "block_size_ablation")
+        attn_curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if is_attnres(c)]
+        if not attn_curves:
+            self.skipped.append(Skipped("depth_attention", sweep, "no finished Full or Block AttnRes runs in this sweep, so no depth-attention weights"))
+        for c in attn_curves:
+            block_note = "; columns are depth blocks and outlined cells the row's own partial block" if split_curve(c)[0] == "block" else ""
+            blocks += self.figure(f"depth_attention_{c}", sweep, lambda c=c: heatmaps.plot_depth_attention(runs, res.depth_attn, variant=c, sweep=sweep, select_method=select_method),
+                                  "depth_attention", subject=variant_label(c, n_of.get(c)), block=block_note)  # fmt: skip
+        if len(blocks) == n_before:
+            blocks.append(Paragraph("No figure could be drawn for this sweep; see Skipped."))
+        # tables
+        t2 = self.table("table2_sizes", sweep, lambda: tables.size_table(runs, sweep=sweep, select_method=select_method, baseline=self.settings.baseline))
+        if t2 is not None:
+            blocks.append(Heading("Table: validation loss per model size (like the paper's Table 2)", 3))
+            blocks.append(Paragraph(f"Validation loss in nats/token ({'mean over seeds at the best learning rate' if select_method == 'mean' else 'best run'}; "
+                                    "the lowest in each row in bold); params are non-embedding; FLOPs and lr are the baseline's."))  # fmt: skip
+            formats = {"params (non-embedding)": _fmt_count, "tokens": _fmt_count, "training FLOPs": _fmt_sci, "lr": _fmt_sci}
+            formats.update({c: _fmt_loss for c in t2.attrs.get("loss_columns", [])})
+            blocks.append(Table(t2, formats, tuple(t2.attrs.get("loss_columns", []))))
+        t4 = self.table("table4_ablations", sweep, lambda: tables.ablation_table(runs, sweep=sweep, select_method=select_method, baseline=self.settings.baseline))
+        if t4 is not None:
+            blocks.append(Heading("Table: ablations at one size (like the paper's Table 4)", 3))
+            blocks.append(Paragraph(f"Every variant at {t4.attrs.get('shape')}: validation loss (nats/token), its difference from the baseline, "
+                                    "and the paper's difference from its baseline in its Table 4 (436M model, their data), where the paper "
+                                    "has the same variant; negative is better."))  # fmt: skip
+            formats = {"params (non-embedding)": _fmt_count, "loss": _fmt_loss, "Δ loss vs baseline": _fmt_delta,
+                       "paper Δ (436M, their data)": _fmt_delta, "N": _fmt_int, "S": _fmt_int}  # fmt: skip
+            blocks.append(Table(t4, formats))
+        return blocks
+
+    def skipped_section(self) -> list[Block]:
+        blocks: list[Block] = [Heading("Skipped", 2)]
+        if not self.skipped:
+            return blocks + [Paragraph("Nothing was skipped: every figure and table had its data.")]
+        return blocks + [Bullets(tuple(str(s) for s in self.skipped))]
+
+    def problems_section(self) -> list[Block]:
+        problems = self.results.problems
+        blocks: list[Block] = [Heading("Runs left out or with a problem", 2)]
+        if not problems:
+            return blocks + [Paragraph("None: every run folder was read and every run finished.")]
+        shown = [f"`{p.path}`: {p.reason}" for p in problems[:100]]
+        if len(problems) > 100:
+            shown.append(f"... and {len(problems) - 100} more (all are in report.json)")
+        return blocks + [Bullets(tuple(shown))]
+
+    # -- report.json --------------------------------------------------------------------------------------
+
+    def to_json(self, files: Sequence[Path]) -> dict[str, Any]:
+        runs = self.results.runs
+        status = runs["status"].astype(str).value_counts().to_dict() if len(runs) else {}
+        return _json_clean({
+            "format": REPORT_FORMAT,
+            "provenance": {
+                "results_dir": str(self.results.root),
+                "inputs_hash": self.results.inputs_hash,
+                "n_runs": int(len(runs)),
+                "status": {k: int(v) for k, v in sorted(status.items())},
+                "n_problems": len(self.results.problems),
+                "git_shas": dict(_value_counts(runs, "git_sha")),
+                "flops_conventions": sorted({c for sw in self.fit.sweeps for c in sw.flops_convention}),
+                "fit_settings": self.settings.to_dict(),
+                "made_by": _package_version(),
+            },
+            "headline": [h.to_dict() for h in self.headline],
+            "figures": [f.to_dict(self.out) for f in self.figures],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "tables": self.tables,
+            "problems": [p.to_dict() for p in self.results.problems],
+            "files": sorted(p.relative_to(self.out).as_posix() for p in files),
+            "fit": self.fit.to_dict(),
+        })  # fmt: skip
+
+
+def _value_counts(runs: pd.DataFrame, column: str) -> list[tuple[str, int]]:
+    if not len(runs) or column not in runs.columns:
+        return []
+    values = runs[column].astype(object).where(runs[column].notna(), None)
+    counts: dict[str, int] = {}
+    for v in values:
+        key = "unknown" if v is None or v == "" else str(v)
+        counts[key] = counts.get(key, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _unique(runs: pd.DataFrame, column: str) -> list[str]:
+    if not len(runs) or column not in runs.columns:
+        return []
+    return sorted(runs[column].dropna().astype(str).unique().tolist())
+
+
+def _unit_name(unit: str) -> str:
+    return "PFLOP/s-days" if unit == "pflops_days" else "training FLOPs"
+
+
+def _package_version() -> str:
+    from importlib import metadata
+
+    try:
+        return f"attnres-scaling {metadata.version('attnres-scaling')}"
+    except metadata.PackageNotFoundError:
+        return "attnres-scaling (not installed)"

@@ -1,0 +1,112 @@
+"""``attnres report RESULTS_DIR --out DIR``: every figure and table of a results tree, with report.md.
+
+``register(subparsers)`` adds the sub-command to the ``attnres`` CLI; heavy imports (matplotlib, pandas,
+scipy) happen inside :func:`run`, so ``attnres --help`` stays fast. Also runnable as
+``python -m reports.cli report DIR``. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_OUT = "report"
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``report`` to an argparse sub-parsers object; its ``func`` is :func:`run`."""
+    parser = subparsers.add_parser(
+        "report",
+        help="every figure and table of a results tree, with report.md / report.html",
+        description=(
+            "Fit every sweep under RESULTS_DIR (the same fits and numbers as `attnres fit`) and write the figures (scaling "
+            "curves, multiplier vs compute, training dynamics, block-size ablation, depth-attention heatmaps) as PNG and SVG, "
+            "tables like the paper's Tables 2 and 4, report.md, a self-contained report.html and report.json into --out. A "
+            "figure whose data are missing is skipped with the reason in the report. See docs/reports.md."
+        ),
+    )
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet")
+    parser.add_argument("--out", default=None, help=f"output folder (default: RESULTS_DIR/{DEFAULT_OUT})")
+    parser.add_argument("--pdf", action="store_true", help="also write every figure as PDF")
+    parser.add_argument("--no-svg", action="store_true", help="write PNG only (no SVG)")
+    parser.add_argument("--no-html", action="store_true", help="do not write report.html")
+    parser.add_argument("--no-paper", action="store_true", help="leave out the paper's published fits (reference figure and lines)")
+    parser.add_argument("--strict", action="store_true", help="stop on an unexpected error in a figure instead of listing it as skipped")
+    fit = parser.add_argument_group("fit options (as for `attnres fit`)")
+    fit.add_argument("--form", default="A*C^-alpha", choices=["A*C^-alpha", "E+A*C^-alpha"], help="curve form (default: the paper's A*C^-alpha)")
+    fit.add_argument("--select", default="mean", choices=["mean", "best"], help="point per (variant, size, budget): mean over seeds (default) or best run")
+    fit.add_argument("--baseline", default="baseline", help="the variant the others are compared with (default: baseline)")
+    fit.add_argument("--level", type=float, default=0.9, help="confidence level of the intervals (default 0.9)")
+    fit.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000; 0: no intervals)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    fit.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log-loss residuals (default 1e-3)")
+    fit.add_argument("--exponent", default="auto", choices=["auto", "shared", "unshared"], help="headline multiplier from a shared or separate exponents (default auto)")
+    fit.add_argument("--frontier", default="auto", choices=["auto", "on", "off"], help="IsoFLOP minima per budget (default auto)")
+    fit.add_argument("--units", default="flops", choices=["flops", "pflops_days"], help="compute unit (default: training FLOPs)")
+    fit.add_argument("--sweep", action="append", default=None, help="report only this sweep (repeatable; default: all)")
+    fit.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``attnres report``; returns the exit code (0 written, 2 bad input)."""
+    from pathlib import Path
+
+    from analysis.errors import AnalysisError
+
+    from reports.build import build_report
+
+    out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUT
+    try:
+        summary = build_report(
+            args.results_dir,
+            out,
+            formats=("png",) if args.no_svg else ("png", "svg"),
+            pdf=args.pdf,
+            html=not args.no_html,
+            paper=not args.no_paper,
+            strict=args.strict,
+            form=args.form,
+            select=args.select,
+            baseline=args.baseline,
+            level=args.level,
+            n_boot=args.n_boot,
+            seed=args.seed,
+            delta=args.delta,
+            exponent=args.exponent,
+            frontier=args.frontier,
+            compute_unit=args.units,
+            sweeps=args.sweep,
+            chinchilla=not args.no_chinchilla,
+        )
+    except AnalysisError as err:
+        print(f"attnres report: error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {summary.report_md} ({len(summary.figures)} figures, {len(summary.skipped)} skipped) in {summary.seconds:.1f} s")
+    if summary.report_html is not None:
+        print(f"      {summary.report_html}")
+    if summary.headline:
+        print("headline (effective compute multiplier over the baseline at the largest budget):")
+        for h in summary.headline:
+            print(f"  {h.text()}")
+    else:
+        print("no multiplier could be computed (see report.md)")
+    for s in summary.skipped:
+        print(f"  skipped {s}")
+    if not len(summary.results.runs):
+        print(f"attnres report: no runs found under {args.results_dir}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reports.cli report RESULTS_DIR``: the same sub-command without the rest of ``attnres``."""
+    parser = argparse.ArgumentParser(prog="attnres")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

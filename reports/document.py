@@ -1,0 +1,181 @@
+"""A tiny document model for the report, rendered twice: Markdown (report.md, images by relative path) and
+self-contained HTML (report.html, PNGs embedded as base64, inline CSS, no external assets).
+
+Blocks: :class:`Heading`, :class:`Paragraph`, :class:`Bullets`, :class:`Table` (a DataFrame and per-column
+formats) and :class:`Image`. Inline markup in texts: ``code`` and **bold** only. Pure Python + pandas.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A DataFrame shown as a table; ``formats`` maps a column to a function of the cell value giving its
+    text; ``bold_min`` lists columns among which each row's lowest value is bold (the best loss)."""
+
+    frame: pd.DataFrame
+    formats: Mapping[str, Callable[[Any], str]] = field(default_factory=dict)
+    bold_min: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Image:
+    """A figure: ``path`` relative to the report's folder (the PNG), its alt text and caption."""
+
+    path: str
+    alt: str
+    caption: str
+    other_formats: tuple[str, ...] = ()
+
+
+Block = Union[Heading, Paragraph, Bullets, Table, Image]
+
+
+def default_format(value: Any) -> str:
+    if value is None or value is pd.NA:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return f"{value:.6g}"
+    return str(value)
+
+
+def table_cells(table: Table) -> tuple[list[str], list[list[str]], list[set[int]]]:
+    """(header, text rows, per row the column indexes to bold)."""
+    frame = table.frame
+    header = [str(c) for c in frame.columns]
+    rows, bold = [], []
+    for _, row in frame.iterrows():
+        cells = []
+        for col in frame.columns:
+            fmt = table.formats.get(col, default_format)
+            cells.append(fmt(row[col]))
+        rows.append(cells)
+        marks: set[int] = set()
+        if table.bold_min:
+            values = {c: row[c] for c in table.bold_min if c in frame.columns and isinstance(row[c], float) and math.isfinite(row[c])}
+            if len(values) >= 2:
+                low = min(values.values())
+                marks = {list(frame.columns).index(c) for c, v in values.items() if v == low}
+        bold.append(marks)
+    return header, rows, bold
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: Sequence[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out += ["#" * b.level + " " + b.text, ""]
+        elif isinstance(b, Paragraph):
+            out += [b.text, ""]
+        elif isinstance(b, Bullets):
+            out += [f"- {item}" for item in b.items] + [""]
+        elif isinstance(b, Table):
+            header, rows, bold = table_cells(b)
+            out.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+            out.append("|" + "|".join("---" for _ in header) + "|")
+            for cells, marks in zip(rows, bold):
+                shown = [f"**{_md_cell(c)}**" if i in marks and c else _md_cell(c) for i, c in enumerate(cells)]
+                out.append("| " + " | ".join(shown) + " |")
+            out.append("")
+        elif isinstance(b, Image):
+            out.append(f"![{b.alt}]({b.path})")
+            out.append("")
+            extra = f" (also as {', '.join(f'[{Path(p).suffix[1:].upper()}]({p})' for p in b.other_formats)})" if b.other_formats else ""
+            out += [f"*{b.caption}*{extra}", ""]
+        else:  # pragma: no cover
+            raise TypeError(f"unknown block {b!r}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HTML
+# ---------------------------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1180px; margin: 2em auto;
+       padding: 0 1.2em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.7em; border-bottom: 2px solid #ddd; padding-bottom: .2em; }
+h2 { font-size: 1.35em; margin-top: 1.8em; border-bottom: 1px solid #eee; }
+h3 { font-size: 1.12em; margin-top: 1.4em; }
+code { background: #f4f4f4; padding: 0 .25em; border-radius: 3px; font-size: .92em; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: .86em; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ddd; padding: .25em .55em; text-align: left; white-space: nowrap; }
+th { background: #f6f6f6; }
+tr:nth-child(even) td { background: #fcfcfc; }
+figure { margin: 1em 0 1.8em; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: .9em; color: #444; margin-top: .3em; }
+"""
+
+
+def _inline(text: str) -> str:
+    escaped = html.escape(text, quote=False)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    escaped = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
+    escaped = re.sub(r"(?<![\w*])\*([^*]+)\*(?![\w*])", r"<em>\1</em>", escaped)
+    return escaped
+
+
+def to_html(blocks: Sequence[Block], root: Path, title: str) -> str:
+    """The blocks as one self-contained HTML page; PNG images under ``root`` are embedded as base64."""
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{html.escape(title)}</title>",
+           f"<style>{_CSS}</style>", "</head>", "<body>"]  # fmt: skip
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
+        elif isinstance(b, Paragraph):
+            out.append(f"<p>{_inline(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Table):
+            header, rows, bold = table_cells(b)
+            parts = ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>", "<tbody>"]
+            for cells, marks in zip(rows, bold):
+                tds = "".join(f"<td><strong>{html.escape(c)}</strong></td>" if i in marks and c else f"<td>{html.escape(c)}</td>" for i, c in enumerate(cells))
+                parts.append(f"<tr>{tds}</tr>")
+            parts.append("</tbody></table>")
+            out.append("".join(parts))
+        elif isinstance(b, Image):
+            data = base64.b64encode((root / b.path).read_bytes()).decode("ascii")
+            out.append(f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
+                       f"<figcaption>{_inline(b.caption)}</figcaption></figure>")  # fmt: skip
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,222 @@
+"""Training-dynamics figures (figure 3): validation loss vs tokens, and per transformer block the output
+magnitude and the parameter-gradient norm vs depth at the end of training.
+
+The variants are compared at one reference shape (:func:`reports.data.reference_points`); by default the
+figures show baseline, Full and Block AttnRes (every N), or every variant when none of those ran.
+Definitions (docs/method.md, "Diagnostics"): the block output magnitude is the RMS over tokens and channels
+of the hidden state a transformer block hands on (the next block's input; for the baseline the residual
+stream); the gradient magnitude is the L2 norm of the gradients of the block's parameters. Both are read
+from ``layers.parquet`` rows of kind ``block`` at each run's last logged step. Every function takes
+DataFrames and returns a matplotlib Figure; nothing here reads files. Never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from reports.data import MissingData, Shape, last_step, n_blocks_of, reference_points, select, sweep_runs, table_rows
+from reports.style import (
+    FIGSIZE,
+    compact_ticks,
+    curve_order,
+    is_main_variant,
+    rc_context,
+    split_curve,
+    variant_color,
+    variant_label,
+    variant_linestyle,
+    variant_marker,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+BLOCK_OUTPUT_LABEL = "RMS of block output"
+BLOCK_GRAD_LABEL = "L2 norm of block parameter gradients"
+DEPTH_LABEL = "transformer block (1 = nearest the embedding)"
+
+
+def _keep(points: pd.DataFrame, variants: Sequence[str] | None):
+    if variants is not None:
+        wanted = set(variants)
+        return lambda curve: curve in wanted or split_curve(curve)[0] in wanted
+    if points["curve"].map(is_main_variant).any():
+        return is_main_variant
+    return lambda curve: True
+
+
+def plot_loss_curves(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    *,
+    sweep: str | None = None,
+    variants: Sequence[str] | None = None,
+    select_method: str = "mean",
+    split: str | None = None,
+) -> Figure:
+    """Validation loss (nats/token) vs training tokens for each variant at the reference shape: every seed of
+    the chosen learning rate as its own line. Left: the whole run (log tokens); right: the second half of
+    training on linear axes, where the variants separate.
+
+    ``split``: "val" or "train"; ``None`` takes "val" unless the runs logged fewer than 3 validation points
+    (then the training loss, and the axis label says so)."""
+    import matplotlib.pyplot as plt
+
+    runs, sweep = sweep_runs(runs, sweep)
+    points = select(runs, select_method)
+    m = table_rows(metrics, sweep)
+    if m.empty:
+        raise MissingData("no metrics.parquet in the results")
+    keep = _keep(points, variants)
+    if split is None:
+        split = "val"
+        counts = {s: m[m["split"].astype(str) == s].groupby("run_id").size() for s in ("val", "train")}
+        try:
+            _, sel = reference_points(points, keep=keep, has_data=lambda ids: any(i in counts["val"].index for i in ids), what="the loss curves")
+            ids = [i for ids in sel["run_ids"] for i in ids if i in counts["val"].index]
+            few = int(counts["val"].reindex(ids).min()) < 3
+        except MissingData:
+            few = True
+        if few and len(counts["train"]) and int(counts["train"].max()) >= 3:
+            split = "train"
+    m = m[m["split"].astype(str) == split]
+    available = set(m["run_id"].astype(str).unique())
+    shape, sel = reference_points(points, keep=keep, has_data=lambda ids: any(i in available for i in ids), what="the loss curves")
+    ylabel = "validation loss (nats/token)" if split == "val" else "training loss (nats/token)"
+    many = m.groupby("run_id").size().max() > 40
+    with rc_context():
+        fig, (ax, axz) = plt.subplots(1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [1, 1], "wspace": 0.22})
+        t_max = 0
+        zoom_lo, zoom_hi = [], []
+        for curve in curve_order(sel["curve"]):
+            row = sel[sel["curve"] == curve].iloc[0]
+            ids = [i for i in row["run_ids"] if i in available]
+            n = n_blocks_of(points, curve)
+            color, ls = variant_color(curve), variant_linestyle(curve)
+            label = variant_label(curve, n) + (f" ({len(ids)} seeds)" if len(ids) > 1 else "")
+            for k, rid in enumerate(sorted(ids)):
+                d = m[m["run_id"].astype(str) == rid].sort_values("step")
+                x = d["tokens"].to_numpy(float)
+                y = d["loss"].to_numpy(float)
+                t_max = max(t_max, float(x.max()) if x.size else 0)
+                pos = x > 0
+                ax.plot(x[pos], y[pos], color=color, ls=ls, lw=1.4, alpha=0.9, marker=None if many else variant_marker(curve), ms=3.5,
+                        label=label if k == 0 else None)  # fmt: skip
+                half = x >= 0.5 * x.max()
+                axz.plot(x[half], y[half], color=color, ls=ls, lw=1.4, alpha=0.9, marker=None if many else variant_marker(curve), ms=3.5, label=label if k == 0 else None)
+                if half.any():
+                    zoom_lo.append(float(y[half].min()))
+                    zoom_hi.append(float(y[half].max()))
+        ax.set_xscale("log")
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel(ylabel)
+        ax.set_title("whole run (log tokens)", fontsize=10)
+        axz.set_xlabel("training tokens")
+        axz.set_ylabel(ylabel)
+        axz.set_title("second half of training", fontsize=10)
+        if zoom_lo:
+            lo, hi = min(zoom_lo), max(zoom_hi)
+            pad = 0.05 * (hi - lo if hi > lo else max(abs(hi), 1e-3))
+            axz.set_ylim(lo - pad, hi + pad)
+        compact_ticks(ax, "x", log=True)
+        compact_ticks(axz, "x", log=False)
+        axz.legend(loc="upper right")
+        what = "Validation loss" if split == "val" else "Training loss (too few validation points)"
+        fig.suptitle(f"{what} during training: sweep {sweep}, {shape.text()}", fontsize=11)
+        fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.13)
+    return fig
+
+
+def _block_profiles(
+    runs: pd.DataFrame, layers: pd.DataFrame, column: str, sweep: str | None, variants: Sequence[str] | None, select_method: str, what: str
+) -> tuple[str | None, Shape, list[tuple[str, int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]]]:
+    runs, sweep = sweep_runs(runs, sweep)
+    points = select(runs, select_method)
+    lay = table_rows(layers, sweep)
+    if lay.empty:
+        raise MissingData("no layers.parquet in the results")
+    lay = lay[(lay["kind"].astype(str) == "block") & pd.to_numeric(lay[column], errors="coerce").notna()]
+    if lay.empty:
+        raise MissingData(f"layers.parquet has no per-block {column} rows")
+    lay = last_step(lay)
+    available = set(lay["run_id"].astype(str).unique())
+    shape, sel = reference_points(points, keep=_keep(points, variants), has_data=lambda ids: any(i in available for i in ids), what=what)
+    out = []
+    for curve in curve_order(sel["curve"]):
+        row = sel[sel["curve"] == curve].iloc[0]
+        ids = sorted(i for i in row["run_ids"] if i in available)
+        d = lay[lay["run_id"].astype(str).isin(ids)]
+        table = d.pivot_table(index="layer", columns="run_id", values=column, aggfunc="mean").sort_index()
+        values = table.to_numpy(float)
+        step = int(d["step"].max())
+        out.append((curve, n_blocks_of(points, curve), table.index.to_numpy(int) + 1, np.nanmean(values, axis=1),
+                    np.nanmin(values, axis=1), np.nanmax(values, axis=1), len(ids), step))  # fmt: skip
+    return sweep, shape, out
+
+
+def _plot_profiles(profiles, shape: Shape, sweep: str | None, ylabel: str, title: str, log_y: bool | None) -> Figure:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    with rc_context():
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        lows, highs = [], []
+        for curve, n, x, mean, lo, hi, n_runs, step in profiles:
+            color = variant_color(curve)
+            label = variant_label(curve, n) + (f" (mean of {n_runs} seeds)" if n_runs > 1 else "")
+            ax.plot(x, mean, color=color, ls=variant_linestyle(curve), marker=variant_marker(curve), ms=5, lw=1.5, label=label, zorder=3)
+            if n_runs > 1:
+                ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0, zorder=1)
+            lows.append(float(np.nanmin(lo)))
+            highs.append(float(np.nanmax(hi)))
+        positive = [v for v in lows if v > 0]
+        if log_y is None:
+            log_y = bool(positive) and len(positive) == len(lows) and max(highs) / min(positive) > 20
+        if log_y:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(DEPTH_LABEL)
+        ax.set_ylabel(ylabel)
+        steps = sorted({p[7] for p in profiles})
+        at = f"step {steps[0]}" if len(steps) == 1 else "each run's last step"
+        ax.set_title(f"{title} at the end of training\nsweep {sweep}, {shape.text()}, {at}", fontsize=10.5)
+        ax.legend(loc="best")
+        fig.tight_layout()
+    return fig
+
+
+def plot_block_output_rms(
+    runs: pd.DataFrame,
+    layers: pd.DataFrame,
+    *,
+    sweep: str | None = None,
+    variants: Sequence[str] | None = None,
+    select_method: str = "mean",
+    log_y: bool | None = None,
+) -> Figure:
+    """Per transformer block, the RMS of the hidden state it hands on, vs depth, at the end of training
+    (baseline: grows with depth; AttnRes: stays bounded). Mean over the chosen seeds, their range shaded.
+    ``log_y=None`` uses a log axis when the values span more than a factor 20."""
+    sweep, shape, profiles = _block_profiles(runs, layers, "output_rms", sweep, variants, select_method, "the block output magnitude figure")
+    return _plot_profiles(profiles, shape, sweep, BLOCK_OUTPUT_LABEL, "Output magnitude per transformer block", log_y)
+
+
+def plot_block_grad_norm(
+    runs: pd.DataFrame,
+    layers: pd.DataFrame,
+    *,
+    sweep: str | None = None,
+    variants: Sequence[str] | None = None,
+    select_method: str = "mean",
+    log_y: bool | None = None,
+) -> Figure:
+    """Per transformer block, the L2 norm of its parameter gradients vs depth, at the end of training
+    (baseline: outsized in the early blocks). Mean over the chosen seeds, their range shaded."""
+    sweep, shape, profiles = _block_profiles(runs, layers, "grad_norm", sweep, variants, select_method, "the block gradient figure")
+    return _plot_profiles(profiles, shape, sweep, BLOCK_GRAD_LABEL, "Gradient magnitude per transformer block", log_y)

@@ -1,0 +1,155 @@
+"""Depth-attention heatmaps (figure 5): the mean weight alpha_{i -> l} (over tokens) that each reading sublayer
+l puts on each source i, pre-attention and pre-MLP side by side, for one AttnRes variant.
+
+Rows are the queries (sublayer l, 0-based; the pre-MLP panel ends with the final aggregation that feeds the
+LM head), columns the sources: for Full AttnRes source i is the output of sublayer i - 1 (0 = the
+embedding), for Block AttnRes source n is depth block n (0 = the embedding) and the query's own partial
+block is outlined. Empty cells are sources a query cannot see. Values are the ``depth_attn.parquet`` weights
+at each run's last logged step, averaged over the chosen seeds of the reference shape
+(:mod:`reports.data`). Takes DataFrames, returns a matplotlib Figure; never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from reports.data import MissingData, last_step, n_blocks_of, reference_points, select, sweep_runs, table_rows
+from reports.style import rc_context, split_curve, variant_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+WEIGHT_LABEL = "mean depth-attention weight α (over tokens)"
+ANNOTATE_MAX_CELLS = 14  # write the weight into each cell when a panel is at most this many cells wide and tall
+
+
+def depth_attention_matrices(depth_attn: pd.DataFrame) -> dict[str, tuple[np.ndarray, list[int], np.ndarray]]:
+    """Per query kind ("attn", "mlp", "final"): (weights [query, source] with NaN where the source is not
+    visible, the query numbers, a boolean mask of partial-block cells), averaged over the runs given."""
+    if depth_attn.empty:
+        raise MissingData("no depth-attention rows")
+    d = depth_attn.assign(source=depth_attn["source"].astype(int), query=depth_attn["query"].astype(int))
+    n_src = int(d["source"].max()) + 1
+    out = {}
+    for kind in ("attn", "mlp", "final"):
+        g = d[d["kind"].astype(str) == kind]
+        if g.empty:
+            continue
+        mean = g.groupby(["query", "source"])["weight"].mean()
+        queries = sorted(g["query"].unique().tolist())
+        mat = np.full((len(queries), n_src), np.nan)
+        partial = np.zeros_like(mat, dtype=bool)
+        index = {q: k for k, q in enumerate(queries)}
+        for (q, s), w in mean.items():
+            mat[index[q], s] = w
+        for r in g[g["source_kind"].astype(str) == "partial"][["query", "source"]].drop_duplicates().itertuples():
+            partial[index[r.query], r.source] = True
+        out[kind] = (mat, queries, partial)
+    return out
+
+
+def plot_depth_attention(
+    runs: pd.DataFrame,
+    depth_attn: pd.DataFrame,
+    *,
+    variant: str = "full",
+    sweep: str | None = None,
+    run_ids: list[str] | None = None,
+    select_method: str = "mean",
+) -> Figure:
+    """Heatmaps of the mean depth-attention weight for one AttnRes curve (``"full"``, ``"block"``,
+    ``"block-N4"``): pre-attention queries left, pre-MLP queries (and the final aggregation) right, one
+    shared color scale. ``run_ids`` picks the runs; by default the chosen seeds of the reference shape."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import Normalize
+    from matplotlib.patches import Rectangle
+
+    runs, sweep = sweep_runs(runs, sweep)
+    da = table_rows(depth_attn, sweep)
+    if da.empty:
+        raise MissingData("no depth_attn.parquet in the results (no AttnRes runs)")
+    available = set(da["run_id"].astype(str).unique())
+    points = select(runs, select_method)
+    if run_ids is None:
+        shape, sel = reference_points(points, keep=lambda c: c == variant, has_data=lambda ids: any(i in available for i in ids),
+                                      what=f"the depth-attention heatmap of {variant}")  # fmt: skip
+        run_ids = sorted(i for i in sel.iloc[0]["run_ids"] if i in available)
+        where = shape.text()
+    else:
+        missing = [i for i in run_ids if i not in available]
+        if missing:
+            raise MissingData(f"no depth_attn.parquet for run(s) {missing}")
+        r = runs[runs["run_id"].astype(str).isin(run_ids)].iloc[0]
+        where = f"n_layer={int(r['n_layer'])}, d_model={int(r['d_model'])}"
+    d = last_step(da[da["run_id"].astype(str).isin(run_ids)])
+    steps = sorted(d["step"].unique().tolist())
+    mats = depth_attention_matrices(d)
+    is_block = (d["source_kind"].astype(str).isin(["block", "partial"])).any()
+    n_blocks = n_blocks_of(points, variant) if not points.empty else None
+    # a query that sees one source (sublayer 0 sees only the embedding) has weight 1 by construction: scale the
+    # colors by the rows with a choice, so the informative cells do not share the bottom of the scale
+    informative = [row for m in mats.values() for row in m[0] if np.isfinite(row).sum() >= 2]
+    vmax = float(np.nanmax(informative)) if informative else 1.0
+    clipped = any(np.nanmax(m[0]) > vmax + 1e-12 for m in mats.values())
+    norm = Normalize(vmin=0.0, vmax=max(vmax, 1e-12))
+    panels = [("attn", "pre-attention (rows: attention sublayers l)"), ("mlp", "pre-MLP (rows: MLP sublayers l, then the LM head input)")]
+    n_rows = max(len(mats.get(k, (None, []))[1]) + (1 if k == "mlp" and "final" in mats else 0) for k, _ in panels)
+    n_cols = next(iter(mats.values()))[0].shape[1]
+    with rc_context():
+        import matplotlib as mpl
+
+        cmap = mpl.colormaps["viridis"].with_extremes(bad="0.93")
+        width = min(15.0, max(9.5, 3.2 + 2 * 0.42 * n_cols))
+        height = min(14.0, 1.9 + max(2.6, 0.36 * n_rows))
+        fig = plt.figure(figsize=(width, height))
+        grid = fig.add_gridspec(1, 3, width_ratios=[1, 1, 0.035], wspace=0.12, left=0.07, right=0.92,
+                                top=1 - 0.95 / height, bottom=0.6 / height)  # fmt: skip
+        axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
+        cax = fig.add_subplot(grid[0, 2])
+        image = None
+        for ax, (kind, title) in zip(axes, panels):
+            if kind not in mats:
+                ax.set_visible(False)
+                continue
+            mat, queries, partial = mats[kind]
+            labels = [str(q) for q in queries]
+            if kind == "mlp" and "final" in mats:
+                fmat, _, fpart = mats["final"]
+                mat = np.vstack([mat, fmat[:1]])
+                partial = np.vstack([partial, fpart[:1]])
+                labels.append("final")
+            image = ax.imshow(np.ma.masked_invalid(mat), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+            if "final" in labels:
+                ax.axhline(len(labels) - 1.5, color="white", lw=2.0)
+            for r, c in zip(*np.nonzero(partial)):
+                ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="#e0710c", lw=1.6))
+            if mat.shape[0] <= ANNOTATE_MAX_CELLS and mat.shape[1] <= ANNOTATE_MAX_CELLS:
+                for (r, c), w in np.ndenumerate(mat):
+                    if np.isfinite(w):
+                        ax.text(c, r, f"{w:.2f}", ha="center", va="center", fontsize=7, color="white" if norm(w) < 0.6 else "black")  # fmt: skip
+            ax.set_yticks(range(len(labels)))
+            ax.set_yticklabels(labels)
+            step = max(1, mat.shape[1] // 16)
+            xt = list(range(0, mat.shape[1], step))
+            ax.set_xticks(xt)
+            ax.set_xticklabels(["emb" if c == 0 else str(c) for c in xt])
+            ax.grid(False)
+            ax.set_title(title, fontsize=10)
+            if kind == "attn":
+                ax.set_ylabel("reading sublayer l (0 = first)")
+            if is_block:
+                ax.set_xlabel("source n (emb = embedding, n = depth block n)")
+            else:
+                ax.set_xlabel("source i (emb = embedding, i = output of sublayer i-1)")
+        if image is not None:
+            bar = fig.colorbar(image, cax=cax, extend="max" if clipped else "neither")
+            bar.set_label(WEIGHT_LABEL)
+        at = f"step {steps[0]}" if len(steps) == 1 else "last step of each run"
+        seeds = f", mean of {len(run_ids)} seeds" if len(run_ids) > 1 else ""
+        note = "; outlined: the query's own partial block" if is_block else ""
+        name = variant_label(variant, n_blocks if split_curve(variant)[0] == "block" else None)
+        fig.suptitle(f"Depth attention, {name}\nsweep {sweep}, {where}, {at}{seeds}{note}", fontsize=10.5)
+    return fig

@@ -1,0 +1,222 @@
+"""The report's tables, each a DataFrame: the fits and multipliers of a sweep (cells are the texts ``attnres
+fit`` prints; full-precision numbers are in report.json), a table like the paper's Table 2 (per model size:
+parameters, tokens, loss per variant) and one like its Table 4 (the ablation variants at one size).
+
+Takes the :class:`analysis.FitReport` or the runs DataFrame; never reads files; never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from reports.data import MissingData, Shape, select, sweep_fit, sweep_runs
+from reports.style import curve_order, is_main_variant, sci, split_curve, variant_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis import FitReport
+
+# The paper's Table 4 (436M model, their data): loss of each ablation minus the baseline's 1.766.
+PAPER_TABLE4_BASELINE = 1.766
+PAPER_TABLE4 = {
+    "denseformer": 1.767,
+    "mhc4": 1.747,
+    "full": 1.737,
+    "full+input_query": 1.731,
+    "full+scalar": 1.749,
+    "full+sigmoid": 1.741,
+    "full+no_key_norm": 1.743,
+    "full+window8": 1.764,
+    "block": 1.746,  # S = 4
+    "block+heads16": 1.752,
+    "block+no_key_norm": 1.750,
+}
+
+_TAG_TEXT = {
+    "no_key_norm": "without key RMSNorm",
+    "sigmoid": "sigmoid instead of softmax",
+    "input_query": "input-dependent query",
+    "scalar": "input-independent scalar mixing (no query/key)",
+}
+
+
+def describe_variant(curve: str) -> str:
+    """A one-line description of a variant name (``full+sigmoid`` -> "Full AttnRes, sigmoid instead of softmax")."""
+    variant, n = split_curve(curve)
+    parts = variant.split("+")
+    base, tags = parts[0], parts[1:]
+    m = re.fullmatch(r"(m?hc)(\d+)", base)
+    if base == "baseline":
+        head = "PreNorm residual stream (baseline)"
+    elif base == "denseformer":
+        head = "DenseFormer (learned scalar weights over all earlier outputs)"
+    elif m:
+        head = ("manifold-constrained Hyper-Connections (mHC)" if m.group(1) == "mhc" else "Hyper-Connections (HC)") + f", {m.group(2)} streams"
+    elif base == "full":
+        head = "Full AttnRes"
+    elif base == "block":
+        head = "Block AttnRes" + (f", N = {n}" if n is not None else "")
+    else:
+        head = base
+    texts = []
+    for tag in tags:
+        if tag in _TAG_TEXT:
+            texts.append(_TAG_TEXT[tag])
+        elif tag.startswith("heads") and tag[5:].isdigit():
+            texts.append(f"{tag[5:]}-head depth attention")
+        elif tag.startswith("window") and tag[6:].isdigit():
+            texts.append(f"sliding window over the last {tag[6:]} outputs + embedding")
+        else:
+            texts.append(tag)
+    return ", ".join([head, *texts])
+
+
+def fit_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
+    """One row per fitted curve: status, points, runs, A, alpha (and E) with their intervals."""
+    sw = sweep_fit(report, sweep)
+    if not sw.curves:
+        raise MissingData(f"no fitted curve in sweep {sw.sweep!r}")
+    pct = f"{int(round(report.settings.level * 100))}% CI"
+    rows = []
+    for c in sorted(sw.curves, key=lambda c: curve_order([x.curve for x in sw.curves]).index(c.curve)):
+        row = {"curve": c.curve, "status": c.fit.status, "points": c.fit.n_points, "runs": c.n_runs,
+               f"A [{pct}]": c.fit.A.text(), f"alpha [{pct}]": c.fit.alpha.text()}  # fmt: skip
+        if c.fit.E is not None:
+            row[f"E [{pct}]"] = c.fit.E.text()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def multiplier_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
+    """One row per variant: M at its largest budget (the headline) with its interval, the exponent used and
+    the exponent test, the wall-clock multiplier, runs, and the fit statuses."""
+    sw = sweep_fit(report, sweep)
+    if not sw.multipliers:
+        raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
+    pct = f"{int(round(report.settings.level * 100))}% CI"
+    rows = []
+    for m in sorted(sw.multipliers, key=lambda m: curve_order([x.variant for x in sw.multipliers]).index(m.variant)):
+        rows.append({
+            "variant": m.variant,
+            "largest C": sci(m.compute, 4),
+            f"M [{pct}]": m.multiplier.text(),
+            "exponent": m.exponent,
+            f"alpha_var - alpha_base [{pct}]": m.exponent_test.difference.text(3),
+            "p": sci(m.exponent_test.p_value, 2),
+            f"M, shared exponent [{pct}]": m.multiplier_shared.text() if m.multiplier_shared is not None else "",
+            f"M, separate exponents [{pct}]": m.multiplier_unshared.text(),
+            f"wall-clock M [{pct}]": m.wall_clock.text(),
+            "runs (var/base)": f"{m.n_runs_variant}/{m.n_runs_baseline}",
+            "status (base/var/joint)": f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}",
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def budget_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
+    """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with intervals."""
+    sw = sweep_fit(report, sweep)
+    if not sw.multipliers:
+        raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
+    pct = f"{int(round(report.settings.level * 100))}% CI"
+    rows = []
+    for m in sorted(sw.multipliers, key=lambda m: curve_order([x.variant for x in sw.multipliers]).index(m.variant)):
+        for b in m.budgets:
+            rows.append({"variant": m.variant, "C": sci(b.compute, 4), "loss": f"{b.loss:.5g}", "runs": b.n_runs_variant,
+                         f"M [{pct}]": b.multiplier.text(), f"wall-clock M [{pct}]": b.wall_clock.text(),
+                         "FLOP/s ratio": sci(b.throughput_ratio, 3)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", baseline: str = "baseline") -> pd.DataFrame:
+    """Like the paper's Table 2: one row per (n_layer, d_model, tokens) with finished runs; columns n_layer,
+    d_model, params (non-embedding), tokens, training FLOPs and lr (the baseline's, else the first variant's),
+    seeds (runs behind each loss), then the validation loss (nats/token) of each variant, named as in the
+    figures: baseline, Full and Block AttnRes, and any other variant run at more than one size (an ablation
+    run at one size only is in :func:`ablation_table`). ``DataFrame.attrs["loss_columns"]`` lists the loss
+    columns."""
+    runs, sweep = sweep_runs(runs, sweep)
+    points = select(runs, select_method)
+    if points.empty:
+        raise MissingData("no finished runs")
+    shapes = points.groupby("curve")[["n_layer", "d_model", "tokens"]].apply(lambda g: len(g.drop_duplicates()))
+    curves = [c for c in curve_order(points["curve"].unique()) if is_main_variant(c) or shapes.get(c, 0) > 1]
+    names = {}
+    for c in curves:
+        nb = points.loc[points["curve"] == c, "n_blocks"]
+        nb = pd.to_numeric(nb, errors="coerce").dropna()
+        names[c] = variant_label(c, int(nb.mode().iloc[0]) if (split_curve(c)[0] == "block" and not nb.empty) else None)
+    rows = []
+    for (n_layer, d_model, tokens), g in points.groupby(["n_layer", "d_model", "tokens"], sort=True):
+        g = g[g["curve"].isin(curves)]
+        if g.empty:
+            continue
+        ref = g[g["curve"] == baseline]
+        ref = ref.iloc[0] if not ref.empty else g.sort_values("curve").iloc[0]
+        n_runs = sorted(set(int(v) for v in g["n_runs"]))
+        row = {"n_layer": int(n_layer), "d_model": int(d_model), "params (non-embedding)": float(ref["params"]), "tokens": float(tokens),
+               "training FLOPs": float(ref["flops"]), "lr": float(ref["lr"]),
+               "seeds": str(n_runs[0]) if len(n_runs) == 1 else f"{n_runs[0]}-{n_runs[-1]}"}  # fmt: skip
+        for c in curves:
+            hit = g[g["curve"] == c]
+            row[names[c]] = float(hit["loss"].iloc[0]) if not hit.empty else math.nan
+        rows.append(row)
+    table = pd.DataFrame(rows).sort_values(["training FLOPs", "params (non-embedding)"], kind="stable").reset_index(drop=True)
+    table.attrs["loss_columns"] = [names[c] for c in curves]
+    table.attrs["sweep"] = sweep
+    return table
+
+
+def has_ablations(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean") -> bool:
+    """Whether a sweep holds ablation variants: any name besides baseline / full / block, or Block with
+    several N at one size."""
+    runs, sweep = sweep_runs(runs, sweep)
+    points = select(runs, select_method)
+    return bool(len(points)) and any(split_curve(c)[0] not in ("baseline", "full", "block") or split_curve(c)[1] is not None for c in points["curve"])
+
+
+def ablation_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", baseline: str = "baseline") -> pd.DataFrame:
+    """Like the paper's Table 4: every variant at the size with the most variants (ties: the largest FLOPs),
+    one row each: variant, description, N, S, params (non-embedding), validation loss, its difference from
+    the baseline, seeds, and the paper's difference from its baseline in its Table 4 (436M model, their data)
+    where the paper has the same variant. Raises :class:`MissingData` when the sweep has no ablation."""
+    runs, sweep = sweep_runs(runs, sweep)
+    points = select(runs, select_method)
+    if points.empty:
+        raise MissingData("no finished runs")
+    if not has_ablations(runs, sweep=sweep, select_method=select_method):
+        raise MissingData("no ablation variants (only baseline, Full and Block with a single N)")
+    scores = []
+    for key, g in points.groupby(["n_layer", "d_model", "tokens"], sort=True):
+        scores.append((g["curve"].nunique(), float(g["flops"].max()), key))
+    _, _, key = max(scores, key=lambda s: s[:2])
+    g = points[(points["n_layer"] == key[0]) & (points["d_model"] == key[1]) & (points["tokens"] == key[2])]
+    base = g[g["curve"] == baseline]
+    base_loss = float(base["loss"].iloc[0]) if not base.empty else math.nan
+    rows = []
+    n_sub = 2 * int(key[0])
+    for c in curve_order(g["curve"]):
+        r = g[g["curve"] == c].iloc[0]
+        variant = split_curve(c)[0]
+        nb = None if pd.isna(r["n_blocks"]) else int(r["n_blocks"])
+        s_value = None if nb is None or variant.split("+")[0] not in ("full", "block") else (1 if variant.split("+")[0] == "full" else math.ceil(n_sub / nb))
+        paper = PAPER_TABLE4.get(variant) if (variant != "block" or s_value == 4) else None
+        rows.append({
+            "variant": c,
+            "description": describe_variant(f"block-N{nb}" if (c == "block" and nb is not None) else c),
+            "N": nb if variant.split("+")[0] in ("full", "block") else None,
+            "S": s_value,
+            "params (non-embedding)": float(r["params"]),
+            "loss": float(r["loss"]),
+            "Δ loss vs baseline": float(r["loss"]) - base_loss if c != baseline else 0.0,
+            "seeds": int(r["n_runs"]),
+            "paper Δ (436M, their data)": (paper - PAPER_TABLE4_BASELINE) if paper is not None else (0.0 if c == baseline else math.nan),
+        })  # fmt: skip
+    table = pd.DataFrame(rows)
+    table["N"] = table["N"].astype("Int64")
+    table["S"] = table["S"].astype("Int64")
+    table.attrs["shape"] = Shape(int(key[0]), int(key[1]), int(key[2])).text()
+    table.attrs["sweep"] = sweep
+    return table
