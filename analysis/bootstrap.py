@@ -112,8 +112,13 @@ def percentile_interval(
 
 
 def estimate(value: float, samples: np.ndarray | None, level: float, df: float | None = None) -> Estimate:
-    """An :class:`Estimate` from a point value and its replicates (None or empty: no interval)."""
-    if samples is None or np.size(samples) == 0 or np.all(np.isnan(samples)):
+    """An :class:`Estimate` from a point value and its replicates (None or empty: no interval).
+
+    ``df`` below 1 (no more observations than parameters: the fit interpolates its points) gives no
+    interval either: the replicates of an exact fit do not vary, and a zero-width interval would claim a
+    certainty the data cannot give.
+    """
+    if samples is None or np.size(samples) == 0 or np.all(np.isnan(samples)) or (df is not None and df < 1):
         return Estimate(float(value), math.nan, math.nan, level)
     low, high = percentile_interval(np.asarray(samples, dtype=float), level, df=df)
     return Estimate(float(value), float(low), float(high), level)

@@ -117,8 +117,8 @@ class Study:
     def df(self, *labels: str, joint: bool = False) -> float:
         """Residual degrees of freedom behind a statistic of these curves (for the expanded percentile)."""
         if joint and self.joint is not None:
-            return max(1.0, sum(self.data[lab].observations for lab in self.joint_labels) - self.joint.model.n_params)
-        return max(1.0, sum(self.data[lab].observations - self.fits[lab].model.n_params for lab in labels))
+            return float(sum(self.data[lab].observations for lab in self.joint_labels) - self.joint.model.n_params)
+        return float(sum(self.data[lab].observations - self.fits[lab].model.n_params for lab in labels))
 
 
 def _theta_from_law(model: _PowerModel, law: PowerLaw) -> np.ndarray:
