@@ -64,6 +64,8 @@ UNIT_NAMES = {"flops": "training FLOPs", "pflops_days": "PFLOP/s-days (1e15 * 86
 EXPONENT_MODES = ("auto", "shared", "unshared")
 FRONTIER_MODES = ("auto", "on", "off")
 
+TUNING_SUFFIX = "-tune"  # the sweep name `attnres tune` gives its trials
+
 
 @dataclass(frozen=True)
 class FitSettings:
@@ -565,7 +567,8 @@ def fit_results(
     per point. ``exponent``: "auto" (shared unless the exponent test says they differ), "shared" or
     "unshared" for the headline multiplier. ``frontier``: "auto" (IsoFLOP minima when a budget has several
     sizes), "on" or "off". ``compute_unit``: "flops" (as stored) or "pflops_days" (the paper's unit).
-    ``sweeps``: restrict to these sweep names (default: every sweep, each fitted on its own).
+    ``sweeps``: restrict to these sweep names (default: every sweep, each fitted on its own, except the
+    learning-rate searches of ``attnres tune``, whose sweeps are named ``<sweep>-tune``).
     """
     settings = FitSettings(
         form=normalize_form(form), select=select, baseline=baseline, level=level, n_boot=n_boot, seed=seed, delta=delta,
@@ -575,10 +578,11 @@ def fit_results(
     if not isinstance(results, Results):
         results = load_results(results, tables=())
     runs = results.runs
-    names = results.sweeps
+    # learning-rate searches (``attnres tune`` writes them to ``<sweep>-tune``) are not scaling studies
+    names = [name for name in results.sweeps if not name.endswith(TUNING_SUFFIX)]
     if sweeps is not None:
         wanted = list(sweeps)
-        missing = [s for s in wanted if s not in names]
+        missing = [s for s in wanted if s not in results.sweeps]
         if missing:
             raise AnalysisError(f"sweep(s) {missing} not found in {results.root}; available: {names}")
         names = wanted

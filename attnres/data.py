@@ -134,8 +134,10 @@ def check_run_data(cfg: RunConfig, corpus: Corpus) -> None:
 class TrainBatches:
     """Global batch of step s = ``batch_size`` random windows drawn with ``PCG64([seed, s])``.
 
-    An iterable with ``state_dict``/``load_state_dict`` (the next step), which Lightning saves in its
-    checkpoints and restores on resume. Rank r of w takes rows r, r + w, ... of each global batch.
+    An iterable from ``step`` to ``steps``. It has deliberately no ``state_dict``: its position counts
+    fetched batches (Lightning prefetches, and a checkpoint may be taken mid-step), so a resumed run sets
+    ``step`` from the restored global step instead (``LitLM.train_dataloader``). Rank r of w takes rows
+    r, r + w, ... of each global batch.
     """
 
     def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, steps: int, rank: int = 0, world: int = 1):
@@ -162,11 +164,6 @@ class TrainBatches:
             self.step += 1
             yield batch
 
-    def state_dict(self) -> dict:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
 
 
 def val_windows(tokens: np.ndarray, seq_len: int, max_tokens: int) -> np.ndarray:

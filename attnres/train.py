@@ -138,6 +138,9 @@ def train(
         return _fit(cfg, run_dir, corpus, budget, False, callbacks)
     try:
         with run_lock(run_dir):
+            finished = run_status(run_dir)  # it may have finished while we waited for nothing but the lock
+            if finished and finished["status"] == "done":
+                return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
             return _fit(cfg, run_dir, corpus, budget, progress, callbacks)
     except RunBusy:
@@ -185,7 +188,7 @@ def _fit(
         strategy="ddp" if world > 1 else "auto",
         precision=precision,
         max_steps=budget.steps,
-        max_epochs=-1,
+        max_epochs=1,  # the training stream is one pass of exactly max_steps batches
         val_check_interval=min(cfg.train.eval_interval, budget.steps),
         check_val_every_n_epoch=1,
         num_sanity_val_steps=0,

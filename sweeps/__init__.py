@@ -1,0 +1,36 @@
+"""Sweeps: grid files a user copies and edits (``sweeps/*.yaml``), and the code that plans, runs and tunes them.
+
+    from sweeps import load_grid, expand, run_grid
+    grid = load_grid("smoke")                       # or a path; validated as a whole
+    runs = expand(grid)                             # list[RunConfig], stable run ids
+    summary = run_grid(grid, "results", workers=1)  # local workers; skips finished runs
+    summary.counts, summary.statuses
+
+Also: ``sweeps.plan.plan(grid, results)`` (the plan rows), ``sweeps.status.sweep_status(expand_runs(grid),
+results)``, ``sweeps.tune.tune(grid, results)``.
+
+Modules: grid (format, validation, expansion, the ladder), plan (table, time estimate), launch (run_grid,
+submit_grid), local (worker processes), slurm (submitit arrays), requeue (SIGUSR1 -> checkpoint + requeue),
+status, tune (Optuna), tuned (the tuned file), runner (claim + train one run), cli. See docs/sweeps.md.
+Nothing here imports torch at import time.
+"""
+
+from sweeps.grid import Grid, expand, expand_runs, ladder, load_grid, model_of_size, tokens_for
+from sweeps.launch import run_grid, submit_grid
+from sweeps.local import SweepSummary
+from sweeps.runner import RunOutcome
+
+__all__ = [
+    "Grid",
+    "RunOutcome",
+    "SweepSummary",
+    "expand",
+    "expand_runs",
+    "ladder",
+    "load_grid",
+    "model_of_size",
+    "run_grid",
+    "submit_grid",
+    "tokens_for",
+]
+

@@ -1,0 +1,632 @@
+"""Grid files: load and validate a sweep grid (YAML) into a frozen :class:`Grid`, and expand it into runs.
+
+A grid is the cross product  sizes (the ladder) x budgets x variants x learning rates x seeds,  on top of
+shared ``defaults:`` (any :class:`attnres.config.RunConfig` field). Every expanded run is built with
+:func:`attnres.config.from_dict`, so a grid's settings are type-checked with the same messages as
+``attnres train``. The whole grid is validated when it is loaded, before anything runs: unknown keys,
+unknown variants, Block N out of range for a size, an empty ladder, duplicate runs.
+
+The size ladder is three small functions, as in the OLMo ladder: :func:`model_of_size` ("what is a model
+of depth n"), :func:`tokens_for` ("how many tokens for it") and :func:`ladder` ("the sizes of a grid").
+
+This module imports no torch (plans and status stay fast). The grid format is documented in docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from attnres.config import (
+    ConfigError,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    from_dict,
+    load_yaml,
+)
+from attnres.counting import count_params
+
+GRID_DIR = Path(__file__).resolve().parent
+TOP_KEYS = ("name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune")
+BUDGET_KINDS = ("tokens_per_param", "tokens", "flops")
+TUNED = ("tuned", "tuned-baseline")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the pieces of a grid
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """One training budget: tokens per (non-embedding) parameter of the size, a token count, or training FLOPs."""
+
+    kind: Literal["tokens_per_param", "tokens", "flops"]
+    value: float
+
+    @property
+    def label(self) -> str:
+        if self.kind == "tokens_per_param":
+            return f"{self.value:g} tok/param"
+        if self.kind == "tokens":
+            return f"{self.value:.3g} tokens"
+        return f"{self.value:.3g} FLOPs"
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A depth-mixing variant of the grid; ``n_blocks`` is N for Block AttnRes, or ``"divisors"`` of L."""
+
+    residual: Literal["baseline", "full", "block"]
+    n_blocks: int | Literal["divisors"] | None = None
+
+    def for_size(self, n_layer: int, default_n_blocks: int) -> list[tuple[str, str, int | None]]:
+        """(label, residual, n_blocks) of this variant at a size with ``n_layer`` transformer blocks.
+
+        ``default_n_blocks`` (the grid's defaults.model.n_blocks) stands in for a bare ``block``.
+        """
+        if self.residual != "block":
+            return [(self.residual, self.residual, None)]
+        sublayers = 2 * n_layer
+        if self.n_blocks == "divisors":
+            values = [n for n in range(1, sublayers + 1) if sublayers % n == 0]
+        else:
+            values = [default_n_blocks if self.n_blocks is None else self.n_blocks]
+        return [(f"block{n}", "block", n) for n in values]
+
+
+@dataclass(frozen=True)
+class Size:
+    """One rung of the ladder: the model shape, plus settings that belong to this size only."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    train: Mapping[str, Any] = field(default_factory=dict)
+    """Per-size train.* settings (e.g. the paper's lr and batch per size)."""
+    budgets: tuple[BudgetSpec, ...] | None = None
+    """Per-size budgets, replacing the grid's."""
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+    """Per-size SLURM resources, over the grid's slurm: section."""
+
+    @property
+    def name(self) -> str:
+        """The size's key (tuned values are stored under it): ``L<n_layer>-d<d_model>``."""
+        return f"L{self.n_layer}-d{self.d_model}"
+
+    @property
+    def model(self) -> dict[str, int]:
+        return {"n_layer": self.n_layer, "d_model": self.d_model, "n_head": self.n_head}
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """The ``tune:`` section: what ``attnres tune`` searches, on which budget, and where the result goes."""
+
+    budget: BudgetSpec | None = None
+    trials: int = 12
+    lr: tuple[float, float] = (3e-4, 3e-2)
+    warmup_frac: tuple[float, float] | None = None
+    beta2: tuple[float, float] | None = None
+    pruner: Literal["median", "hyperband", "none"] = "median"
+    startup_trials: int = 3
+    warmup_steps: int = 0
+    eval_interval: int | None = None
+    variants: tuple[str, ...] = ("baseline",)
+    seed: int = 0
+    file: str | None = None
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        return ("lr",) + tuple(n for n in ("warmup_frac", "beta2") if getattr(self, n) is not None)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A validated grid file. Read-only; :func:`expand` turns it into runs."""
+
+    name: str
+    path: Path | None
+    description: str
+    defaults: Mapping[str, Any]
+    sizes: tuple[Size, ...]
+    budgets: tuple[BudgetSpec, ...]
+    variants: tuple[VariantSpec, ...]
+    seeds: tuple[int, ...]
+    lr: tuple[float, ...] | Literal["tuned", "tuned-baseline"] | None
+    slurm: Mapping[str, Any]
+    tune: TuneSpec
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"grid {self.path}" if self.path else f"grid {self.name!r}"
+
+    def tuned_file(self, results: str | Path) -> Path:
+        """Where ``attnres tune`` writes, and ``lr: tuned`` reads, the tuned values (relative to the results)."""
+        return Path(results) / (self.tune.file or f"{self.name}-tune/tuned.yaml")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One expanded run and where it came from in the grid."""
+
+    cfg: RunConfig
+    size: Size
+    variant: str  # baseline | full | block<N>
+    budget: BudgetSpec
+    slurm: Mapping[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return self.cfg.run_id
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the ladder: three small functions
+# ------------------------------------------------------------------------------------------------------------
+
+
+def model_of_size(n_layer: int, width_per_layer: int, head_dim: int) -> dict[str, int]:
+    """The model of depth ``n_layer``: width tied to depth, ``d_model ~ width_per_layer * n_layer``.
+
+    d_model is rounded to a multiple of ``head_dim`` (at least one head), n_head = d_model / head_dim.
+    """
+    heads = max(1, round(width_per_layer * n_layer / head_dim))
+    return {"n_layer": n_layer, "d_model": heads * head_dim, "n_head": heads}
+
+
+def tokens_for(params: int, budget: BudgetSpec) -> dict[str, float | int | None]:
+    """The train.* budget fields of a run of ``params`` non-embedding parameters under ``budget``.
+
+    Tokens per parameter are counted on the size's baseline model, so every variant of a size trains on the
+    same tokens (AttnRes adds a few thousand parameters; its extra FLOPs are paid in the compute axis). A FLOP
+    budget is passed on as train.flops: each variant converts it to tokens with its own FLOP count.
+    """
+    if budget.kind == "tokens_per_param":
+        return {"tokens": max(1, round(budget.value * params)), "flops": None}
+    if budget.kind == "tokens":
+        return {"tokens": int(budget.value), "flops": None}
+    return {"tokens": None, "flops": float(budget.value)}
+
+
+def ladder(grid: Grid) -> tuple[Size, ...]:
+    """The sizes of a grid, smallest first (as written for an explicit list)."""
+    return grid.sizes
+
+
+# ------------------------------------------------------------------------------------------------------------
+# loading and validation
+# ------------------------------------------------------------------------------------------------------------
+
+
+def resolve_grid_path(path_or_name: str | Path) -> Path:
+    """A grid file: a path, or the name of a grid shipped in sweeps/ (``smoke`` -> sweeps/smoke.yaml)."""
+    path = Path(path_or_name)
+    if path.is_file():
+        return path
+    shipped = GRID_DIR / f"{path.name}.yaml" if path.suffix == "" else GRID_DIR / path.name
+    if len(path.parts) == 1 and shipped.is_file():
+        return shipped
+    known = sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
+    raise ConfigError(f"grid file {str(path_or_name)!r} does not exist; shipped grids: {', '.join(known)}")
+
+
+def load_grid(path_or_name: str | Path | Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Grid:
+    """Read and validate a grid (a YAML path, a shipped grid's name, or an already-parsed mapping).
+
+    ``overrides`` are ``key=value`` settings (``data.corpus=/data/text``) applied to every run, after the grid.
+    Raises :class:`ConfigError` with the grid file and the offending entry in the message.
+    """
+    if isinstance(path_or_name, Mapping):
+        path, data = None, copy.deepcopy(dict(path_or_name))
+    else:
+        path = resolve_grid_path(path_or_name)
+        data = load_yaml(path)
+    where = f"grid {path}" if path else "grid"
+    try:
+        grid = _parse(data, path, tuple(overrides))
+        _expand(grid, tuned=None)  # validate every run now, before anything is trained
+    except ConfigError as err:
+        message = str(err)
+        raise ConfigError(message if message.startswith(where) else f"{where}: {message}") from None
+    return grid
+
+
+def _unknown(section: str, key: str, allowed: tuple[str, ...] | list[str]) -> ConfigError:
+    hint = difflib.get_close_matches(str(key), list(allowed), n=1)
+    return ConfigError(
+        f"unknown key {section}{key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; allowed: {', '.join(allowed)}"
+    )
+
+
+def _check_keys(data: Mapping, allowed: tuple[str, ...] | list[str], section: str) -> None:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{section.rstrip('.') or 'the grid'} must be a mapping, got {data!r}")
+    for key in data:
+        if key not in allowed:
+            raise _unknown(section, key, allowed)
+
+
+def _number(value: Any, where: str, positive: bool = True) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    try:
+        number = float(str(value).replace("_", "")) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if positive and not (number > 0 and math.isfinite(number)):
+        raise ConfigError(f"{where} must be a positive number, got {value!r}")
+    return number
+
+
+def _integer(value: Any, where: str, minimum: int = 1) -> int:
+    number = _number(value, where, positive=False)
+    if not float(number).is_integer() or number < minimum:
+        raise ConfigError(f"{where} must be an integer >= {minimum}, got {value!r}")
+    return int(number)
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) -> Grid:
+    _check_keys(data, TOP_KEYS, "")
+    name = str(data.get("name") or (path.stem if path else "sweep"))
+    defaults = data.get("defaults") or {}
+    _check_keys(defaults, ("model", "data", "train", "runtime"), "defaults.")
+    try:
+        from_dict(RunConfig, apply_overrides({**defaults, "sweep": name}, list(overrides)))
+    except ConfigError as err:
+        raise ConfigError(f"defaults: {err}") from None
+    if "ladder" not in data:
+        raise ConfigError("the ladder is empty: add ladder: {depths: [...], width_per_layer: W, head_dim: H} or ladder: {sizes: [...]}")
+    model_defaults = defaults.get("model") or {}
+    sizes = _parse_ladder(data["ladder"], model_defaults)
+    budgets = _parse_budgets(data.get("budgets"), "budgets")
+    if not budgets and any(s.budgets is None for s in sizes):
+        raise ConfigError("budgets is empty: add budgets: [{tokens_per_param: 20}] (or tokens / flops), or budgets per size")
+    variants = _parse_variants(data.get("variants", ["baseline", "full", {"block": [4]}]))
+    seeds = tuple(_integer(s, "seeds", minimum=0) for s in _as_list(data.get("seeds", [defaults.get("train", {}).get("seed", 0)])))
+    if not seeds:
+        raise ConfigError("seeds is empty: give a seed or a list of seeds, e.g. seeds: [0, 1]")
+    lr = _parse_lr(data.get("lr"))
+    slurm = data.get("slurm") or {}
+    from sweeps.slurm import check_resources
+
+    check_resources(slurm, "slurm.")
+    tune = _parse_tune(data.get("tune") or {})
+    return Grid(
+        name=name,
+        path=path,
+        description=str(data.get("description") or "").strip(),
+        defaults=defaults,
+        sizes=sizes,
+        budgets=budgets,
+        variants=variants,
+        seeds=seeds,
+        lr=lr,
+        slurm=slurm,
+        tune=tune,
+        overrides=overrides,
+    )
+
+
+def _parse_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, ...]:
+    if isinstance(value, list):
+        value = {"sizes": value}
+    _check_keys(value, ("depths", "width_per_layer", "head_dim", "sizes"), "ladder.")
+    if "sizes" in value and "depths" in value:
+        raise ConfigError("ladder: give either depths (with width_per_layer and head_dim) or sizes, not both")
+    sizes: list[Size] = []
+    if "depths" in value:
+        for key in ("width_per_layer", "head_dim"):
+            if key not in value:
+                raise ConfigError(f"ladder.depths needs ladder.{key} (d_model = width_per_layer * n_layer, n_head = d_model / head_dim)")
+        width = _integer(value["width_per_layer"], "ladder.width_per_layer")
+        head_dim = _integer(value["head_dim"], "ladder.head_dim")
+        for depth in _as_list(value["depths"] or []):
+            sizes.append(Size(**model_of_size(_integer(depth, "ladder.depths"), width, head_dim)))
+    else:
+        for i, entry in enumerate(_as_list(value.get("sizes") or [])):
+            where = f"ladder.sizes[{i}]."
+            _check_keys(entry, ("n_layer", "d_model", "n_head", "head_dim", "train", "budgets", "slurm"), where)
+            for key in ("n_layer", "d_model"):
+                if key not in entry:
+                    raise ConfigError(f"{where}{key} is missing (each size needs n_layer and d_model, and n_head or head_dim)")
+            n_layer = _integer(entry["n_layer"], where + "n_layer")
+            d_model = _integer(entry["d_model"], where + "d_model")
+            if "n_head" in entry:
+                n_head = _integer(entry["n_head"], where + "n_head")
+            elif "head_dim" in entry:
+                n_head = max(1, d_model // _integer(entry["head_dim"], where + "head_dim"))
+            else:
+                n_head = int(model_defaults.get("n_head", ModelConfig.n_head))
+            train = entry.get("train") or {}
+            _check_keys(train, [f.name for f in dataclasses.fields(TrainConfig)], where + "train.")
+            budgets = _parse_budgets(entry["budgets"], where + "budgets") if "budgets" in entry else None
+            slurm = entry.get("slurm") or {}
+            from sweeps.slurm import check_resources
+
+            check_resources(slurm, where + "slurm.")
+            sizes.append(Size(n_layer, d_model, n_head, train=train, budgets=budgets, slurm=slurm))
+    if not sizes:
+        raise ConfigError("the ladder is empty: ladder.depths (or ladder.sizes) must list at least one size")
+    names = Counter(s.name for s in sizes)
+    repeated = [n for n, c in names.items() if c > 1]
+    if repeated:
+        raise ConfigError(f"ladder: size {repeated[0]} appears {names[repeated[0]]} times; list every size once")
+    return tuple(sizes)
+
+
+def _parse_budgets(value: Any, where: str) -> tuple[BudgetSpec, ...]:
+    if value is None:
+        return ()
+    out: list[BudgetSpec] = []
+    for i, entry in enumerate(_as_list(value)):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, Mapping) or len(entry) != 1:
+            raise ConfigError(f"{at} must be one of {{tokens_per_param: X}}, {{tokens: N}} or {{flops: F}} (a value or a list), got {entry!r}")
+        ((kind, values),) = entry.items()
+        if kind not in BUDGET_KINDS:
+            raise _unknown(at + ".", kind, BUDGET_KINDS)
+        for v in _as_list(values):
+            out.append(BudgetSpec(kind, _number(v, f"{at}.{kind}")))
+    return tuple(out)
+
+
+def _parse_variants(value: Any) -> tuple[VariantSpec, ...]:
+    choices = "baseline, full, block (with N: {block: [2, 4]} or {block: divisors})"
+    out: list[VariantSpec] = []
+    for entry in _as_list(value):
+        if isinstance(entry, str):
+            text = entry.strip().lower()
+            if text in ("baseline", "full"):
+                out.append(VariantSpec(text))
+                continue
+            if text == "block":
+                out.append(VariantSpec("block", None))
+                continue
+            if text.startswith("block") and text[5:].isdigit():
+                out.append(VariantSpec("block", int(text[5:])))
+                continue
+            hint = difflib.get_close_matches(text, ["baseline", "full", "block"], n=1)
+            raise ConfigError(f"variants: unknown variant {entry!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; choose {choices}")
+        if isinstance(entry, Mapping) and len(entry) == 1:
+            ((key, n_values),) = entry.items()
+            if key != "block":
+                hint = difflib.get_close_matches(str(key), ["block"], n=1)
+                raise ConfigError(f"variants: unknown variant {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; choose {choices}")
+            if n_values == "divisors":
+                out.append(VariantSpec("block", "divisors"))
+                continue
+            for n in _as_list(n_values):
+                out.append(VariantSpec("block", _integer(n, "variants: block N", minimum=-(10**9))))
+            continue
+        raise ConfigError(f"variants: cannot read {entry!r}; choose {choices}")
+    if not out:
+        raise ConfigError(f"variants is empty; choose among {choices}")
+    return tuple(out)
+
+
+def _parse_lr(value: Any) -> tuple[float, ...] | str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in TUNED:
+        return value.strip().lower()
+    values = tuple(_number(v, "lr") for v in _as_list(value))
+    if not values:
+        raise ConfigError("lr is empty: give a value, a list, or tuned")
+    return values
+
+
+def _parse_range(value: Any, where: str) -> tuple[float, float] | None:
+    if value is None or value is False:
+        return None
+    values = _as_list(value)
+    if len(values) != 2:
+        raise ConfigError(f"{where} must be a range [low, high], got {value!r}")
+    low, high = (_number(v, where, positive=False) for v in values)
+    if not low < high:
+        raise ConfigError(f"{where} must be a range [low, high] with low < high, got {value!r}")
+    return (low, high)
+
+
+def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
+    keys = ("budget", "trials", "lr", "warmup_frac", "beta2", "pruner", "variants", "eval_interval", "seed", "file")
+    _check_keys(data, keys, "tune.")
+    kwargs: dict[str, Any] = {}
+    if "budget" in data:
+        budgets = _parse_budgets(data["budget"], "tune.budget")
+        if len(budgets) != 1:
+            raise ConfigError("tune.budget must be exactly one budget, e.g. {tokens_per_param: 2}")
+        kwargs["budget"] = budgets[0]
+    if "trials" in data:
+        kwargs["trials"] = _integer(data["trials"], "tune.trials")
+    if "lr" in data:
+        low, high = _parse_range(data["lr"], "tune.lr") or (0, 0)
+        if low <= 0:
+            raise ConfigError("tune.lr must be a positive range [low, high] (searched on a log scale)")
+        kwargs["lr"] = (low, high)
+    for key in ("warmup_frac", "beta2"):
+        if key in data:
+            kwargs[key] = _parse_range(data[key], f"tune.{key}")
+    pruner = data.get("pruner", "median")
+    if isinstance(pruner, Mapping):
+        _check_keys(pruner, ("type", "startup_trials", "warmup_steps"), "tune.pruner.")
+        if "startup_trials" in pruner:
+            kwargs["startup_trials"] = _integer(pruner["startup_trials"], "tune.pruner.startup_trials", minimum=0)
+        if "warmup_steps" in pruner:
+            kwargs["warmup_steps"] = _integer(pruner["warmup_steps"], "tune.pruner.warmup_steps", minimum=0)
+        pruner = pruner.get("type", "median")
+    pruner = "none" if pruner in (None, False) else str(pruner)
+    if pruner not in ("median", "hyperband", "none"):
+        raise ConfigError(f"tune.pruner={pruner!r} is not known; choose median, hyperband or none")
+    kwargs["pruner"] = pruner
+    if "variants" in data:
+        kwargs["variants"] = tuple(str(v) for v in _as_list(data["variants"]))
+    if data.get("eval_interval") is not None:
+        kwargs["eval_interval"] = _integer(data["eval_interval"], "tune.eval_interval")
+    if "seed" in data:
+        kwargs["seed"] = _integer(data["seed"], "tune.seed", minimum=0)
+    if data.get("file"):
+        kwargs["file"] = str(data["file"])
+    return TuneSpec(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# expansion
+# ------------------------------------------------------------------------------------------------------------
+
+
+def size_params(grid: Grid, size: Size) -> int:
+    """Non-embedding parameters of the size's baseline model (what tokens per parameter are counted on)."""
+    model = {**(grid.defaults.get("model") or {}), **size.model, "residual": "baseline"}
+    return count_params(from_dict(ModelConfig, model, "model.")).non_embedding
+
+
+def _run_data(
+    grid: Grid, size: Size, budget: BudgetSpec, residual: str, n_blocks: int | None, lr: float | None, seed: int, params: int
+) -> dict[str, Any]:
+    data = copy.deepcopy(dict(grid.defaults))
+    model = data.setdefault("model", {})
+    model.update(size.model)
+    model["residual"] = residual
+    if n_blocks is not None:
+        model["n_blocks"] = n_blocks
+    train = data.setdefault("train", {})
+    train.update(copy.deepcopy(dict(size.train)))
+    train.update(tokens_for(params, budget))
+    if lr is not None:
+        train["lr"] = lr
+    train["seed"] = seed
+    data["sweep"] = grid.name
+    return apply_overrides(data, list(grid.overrides))
+
+
+def _check_n_blocks(grid: Grid, size: Size, spec: VariantSpec) -> None:
+    if spec.residual != "block" or spec.n_blocks == "divisors":
+        return
+    n = spec.n_blocks if spec.n_blocks is not None else _default_n_blocks(grid)
+    if not 1 <= n <= 2 * size.n_layer:
+        raise ConfigError(
+            f"variants: block N={n} is out of range for size {size.name} (n_layer={size.n_layer}): Block AttnRes needs "
+            f"1 <= N <= 2 * n_layer = {2 * size.n_layer}; drop N={n} or the size"
+        )
+
+
+def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
+    """Every run of the grid. ``tuned``: the tuned-values file's content (None: placeholders, for validation)."""
+    from sweeps.slurm import merge_resources
+    from sweeps.tuned import tuned_values
+
+    runs: list[PlannedRun] = []
+    for size in grid.sizes:
+        try:
+            params = size_params(grid, size)
+        except ConfigError as err:
+            raise ConfigError(f"size {size.name}: {err}") from None
+        for spec in grid.variants:
+            _check_n_blocks(grid, size, spec)
+        for budget in size.budgets if size.budgets is not None else grid.budgets:
+            for spec in grid.variants:
+                for label, residual, n_blocks in spec.for_size(size.n_layer, _default_n_blocks(grid)):
+                    extra: dict[str, Any] = {}
+                    if isinstance(grid.lr, str):
+                        lrs: tuple[float | None, ...] = (None,)
+                        if tuned is not None:
+                            extra = tuned_values(tuned, size.name, label, baseline_only=grid.lr == "tuned-baseline")
+                    else:
+                        lrs = grid.lr or (None,)
+                    for lr in lrs:
+                        for seed in grid.seeds:
+                            data = _run_data(grid, size, budget, residual, n_blocks, lr, seed, params)
+                            data["train"].update(extra)
+                            where = f"size {size.name}, variant {label}, budget {budget.label}, seed {seed}"
+                            try:
+                                cfg = from_dict(RunConfig, data)
+                            except ConfigError as err:
+                                raise ConfigError(f"{where}: {err}") from None
+                            runs.append(PlannedRun(cfg, size, label, budget, merge_resources(grid.slurm, size.slurm)))
+    _check_duplicates(runs)
+    return runs
+
+
+def _default_n_blocks(grid: Grid) -> int:
+    return int((grid.defaults.get("model") or {}).get("n_blocks", ModelConfig.n_blocks))
+
+
+def _check_duplicates(runs: list[PlannedRun]) -> None:
+    counts = Counter(r.run_id for r in runs)
+    repeated = [r for r in runs if counts[r.run_id] > 1]
+    if repeated:
+        first = repeated[0]
+        raise ConfigError(
+            f"duplicate runs: {first.run_id} appears {counts[first.run_id]} times (size {first.size.name}, variant "
+            f"{first.variant}, budget {first.budget.label}, seed {first.cfg.train.seed}); every combination of the grid must "
+            "be a different run: remove the repeated variant / budget / seed / lr"
+        )
+
+
+def expand_runs(grid: Grid, results: str | Path | None = None) -> list[PlannedRun]:
+    """Every run of the grid with its origin (size, variant, budget, SLURM resources).
+
+    With ``lr: tuned`` the tuned values are read from :meth:`Grid.tuned_file` under ``results`` (default
+    ``./results``); a missing file or value is a :class:`ConfigError` naming the ``attnres tune`` command.
+    """
+    tuned = None
+    if isinstance(grid.lr, str):
+        from sweeps.tuned import read_tuned
+
+        tuned = read_tuned(grid, results if results is not None else "results")
+    try:
+        return _expand(grid, tuned)
+    except ConfigError as err:
+        raise ConfigError(f"{grid.label}: {err}") from None
+
+
+def expand(grid: Grid | str | Path, results: str | Path | None = None) -> list[RunConfig]:
+    """The grid's runs as :class:`RunConfig` objects (sizes x budgets x variants x lr x seeds, in that order)."""
+    if not isinstance(grid, Grid):
+        grid = load_grid(grid)
+    return [r.cfg for r in expand_runs(grid, results)]
+
+
+def variant_labels(grid: Grid, size: Size) -> list[str]:
+    """The variant labels of the grid at one size (baseline, full, block<N>), in grid order."""
+    labels: list[str] = []
+    for spec in grid.variants:
+        labels += [label for label, _, _ in spec.for_size(size.n_layer, _default_n_blocks(grid)) if label not in labels]
+    return labels
+
+
+def make_run(
+    grid: Grid, size: Size, variant: str, budget: BudgetSpec, seed: int, sweep: str | None = None, train: Mapping[str, Any] | None = None
+) -> RunConfig:
+    """One run of the grid outside its cross product (``attnres tune`` builds its trials with it).
+
+    ``variant``: baseline, full or block<N>; ``train``: extra train.* settings, applied last.
+    """
+    if variant in ("baseline", "full"):
+        residual, n_blocks = variant, None
+    elif variant.startswith("block") and variant[5:].isdigit():
+        residual, n_blocks = "block", int(variant[5:])
+    else:
+        raise ConfigError(f"unknown variant {variant!r}; use baseline, full or block<N> (e.g. block4)")
+    data = _run_data(grid, size, budget, residual, n_blocks, None, seed, size_params(grid, size))
+    data["train"].update(dict(train or {}))
+    if sweep:
+        data["sweep"] = sweep
+    try:
+        return from_dict(RunConfig, data)
+    except ConfigError as err:
+        raise ConfigError(f"{grid.label}: size {size.name}, variant {variant}: {err}") from None

@@ -1,0 +1,149 @@
+"""Train one run of a sweep safely: claim its folder, skip it if it is finished, train or resume it.
+
+Both launchers (local workers and SLURM array tasks) call :func:`train_claimed`. The claim is an exclusive,
+non-blocking ``flock`` on ``RUN_DIR/.claim``, held by the training process for the whole attempt and released
+by the kernel when the process ends (even by SIGKILL). It closes the window that ``attnres.train.train``'s
+own lock leaves open (the run's status is read before that lock is taken): with the claim held, "is it done?"
+and "train it" happen under one lock, so two launchers never train a run twice, nor at the same time.
+
+No torch at import (``attnres.train`` is imported when a run is trained).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import sys
+import time
+import traceback
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from attnres import schema
+from attnres.config import RunConfig
+
+CLAIM_FILE = ".claim"
+TRAIN_LOCK_FILE = ".lock"  # attnres.train's lock
+FINAL = ("done", "diverged")  # outcomes a sweep does not train again (a diverged run diverges again)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What happened to one run in one launcher pass."""
+
+    run_id: str
+    run_dir: str
+    status: str  # done | diverged | failed | running (interrupted) | busy (another process has it)
+    trained: bool  # this pass trained (or resumed) it
+    step: int = 0
+    val_loss: float | None = None
+    error: str | None = None
+
+
+def read_status(run_dir: str | Path) -> dict | None:
+    """The run.parquet row, or None (never started, or unreadable)."""
+    try:
+        return schema.read_table(Path(run_dir) / schema.RUN_FILE).to_pylist()[0]
+    except Exception:  # missing, truncated, foreign: no status
+        return None
+
+
+def is_locked(run_dir: str | Path) -> bool:
+    """Is some process training this run right now (its claim or attnres.train's lock is held)?"""
+    for name in (CLAIM_FILE, TRAIN_LOCK_FILE):
+        path = Path(run_dir) / name
+        if not path.exists():
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops our shared lock at once
+    return False
+
+
+@contextmanager
+def claim(run_dir: Path) -> Iterator[bool]:
+    """Hold the run's claim for the block; yields False (and holds nothing) if another process has it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield True
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def output_to(log_file: Path | None) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to ``log_file`` for the block."""
+    if log_file is None:
+        yield
+        return
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def train_claimed(
+    cfg: RunConfig, run_dir: str | Path, log_file: Path | None = None, callbacks: Sequence[Any] = ()
+) -> RunOutcome:
+    """Train ``cfg`` into ``run_dir`` unless it is finished or another process has it; never raises.
+
+    ``log_file``: where this attempt's output goes (appended), e.g. RUN_DIR/train.log for local workers.
+    """
+    run_dir = Path(run_dir)
+    with claim(run_dir) as ours:
+        if not ours:
+            return RunOutcome(cfg.run_id, str(run_dir), "busy", trained=False)
+        row = read_status(run_dir)
+        if row and row["status"] in FINAL:
+            return RunOutcome(cfg.run_id, str(run_dir), row["status"], False, row["step"], row["val_loss"], row.get("error"))
+        with output_to(log_file):
+            if log_file is not None:  # a header per attempt in the appended log
+                print(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} on {socket.gethostname()}: {cfg.run_id}", flush=True)
+            if "SLURM_JOB_ID" not in os.environ:  # a local run on a machine that has SLURM: not a mistake
+                warnings.filterwarnings("ignore", message=".*The `srun` command is available on your system.*")
+            try:
+                from attnres.train import latest_checkpoint, train
+
+                checkpoint = latest_checkpoint(run_dir)
+                if checkpoint:
+                    print(f"{cfg.run_id}: resuming from {checkpoint}", flush=True)
+                result = train(cfg, run_dir, progress=False, callbacks=callbacks)
+            except Exception as err:  # a failure of this run must not stop the sweep
+                traceback.print_exc()
+                row = read_status(run_dir)
+                return RunOutcome(cfg.run_id, str(run_dir), "failed", True, row["step"] if row else 0, None, f"{type(err).__name__}: {err}")
+        if result.status == "busy":  # a plain `attnres train` outside the sweep holds the run
+            return RunOutcome(cfg.run_id, str(run_dir), "busy", trained=False)
+        row = read_status(run_dir) or {}
+        return RunOutcome(cfg.run_id, str(run_dir), result.status, result.trained, result.step, result.val_loss, row.get("error"))

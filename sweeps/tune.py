@@ -1,0 +1,169 @@
+"""``attnres tune``: an Optuna search of the learning rate (optionally warm-up and AdamW beta2) per model size.
+
+For every size of the ladder (and every variant asked for, the baseline by default) one Optuna study trains
+short runs (the grid's ``tune.budget``), reports each evaluation's validation loss to Optuna through a
+Lightning callback, and prunes trials that fall behind (median or hyperband pruner). The best values are
+merged into the tuned file (:mod:`sweeps.tuned`) that a grid with ``lr: tuned`` reads.
+
+* Trials are ordinary runs in their own sweep folder, ``RESULTS/<sweep>-tune/<run_id>``, never mixed with the
+  study's runs; a pruned trial stays ``running`` there (resumable), a diverged one scores ln(vocab_size), the loss
+  of a model that learned nothing, so the sampler learns to avoid its region.
+* Storage: a journal file ``RESULTS/<sweep>-tune/optuna.journal`` by default (several processes on one file
+  system can share it), or any Optuna RDB URL (``--storage postgresql://...``) for many workers. A study is
+  named ``<sweep>/<size>/<variant>``; running ``attnres tune`` again tops each study up to ``tune.trials``
+  finished trials (complete or pruned), so interrupted or parallel tuning adds up instead of starting over.
+
+optuna, torch and lightning are imported when tuning starts.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from attnres.config import ConfigError
+from sweeps.grid import Grid, make_run, variant_labels
+
+
+def storage_for(grid: Grid, results: str | Path, storage: str | None) -> Any:
+    """An Optuna storage: an RDB URL as given, else a journal file (default next to the tuning runs)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if storage and "://" in storage:
+        return storage
+    path = Path(storage) if storage else Path(results) / f"{grid.name}-tune" / "optuna.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _pruner(grid: Grid):
+    import optuna
+
+    spec = grid.tune
+    if spec.pruner == "none":
+        return optuna.pruners.NopPruner()
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
+
+
+def pruning_callback(trial: Any) -> Any:
+    """A Lightning callback: report every validation loss to the trial; stop the run when Optuna prunes it."""
+    import lightning as L
+
+    class OptunaPruning(L.Callback):
+        def __init__(self) -> None:
+            self.pruned_at: int | None = None
+
+        def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if trainer.sanity_checking or not math.isfinite(pl_module.val_loss):
+                return
+            step = trainer.global_step
+            trial.report(pl_module.val_loss, step)
+            if trial.should_prune():
+                self.pruned_at = step
+                trainer.should_stop = True
+
+    return OptunaPruning()
+
+
+def tune(
+    grid: Grid,
+    results: str | Path,
+    variants: list[str] | None = None,
+    sizes: list[str] | None = None,
+    trials: int | None = None,
+    storage: str | None = None,
+    threads: int | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Tune every (size, variant) and write the tuned file; returns the best values per (size, variant).
+
+    ``variants``: labels (baseline, full, block<N>) or ``["all"]`` for every variant of the grid (the same
+    tuning budget for each); default the grid's ``tune.variants`` (the baseline).
+    """
+    import optuna
+
+    from attnres.train import run_dir_for
+    from sweeps.local import available_cores, with_runtime
+    from sweeps.runner import train_claimed
+    from sweeps.tuned import write_tuned
+
+    spec = grid.tune
+    if spec.budget is None:
+        raise ConfigError(f"{grid.label}: tune.budget is missing; add e.g. tune: {{budget: {{tokens_per_param: 2}}}} (a short budget)")
+    trials = trials or spec.trials
+    chosen = [s for s in grid.sizes if not sizes or s.name in sizes]
+    if sizes and len(chosen) != len(set(sizes)):
+        unknown = sorted(set(sizes) - {s.name for s in grid.sizes})
+        raise ConfigError(f"unknown size(s) {', '.join(unknown)}; the grid's sizes are {', '.join(s.name for s in grid.sizes)}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = storage_for(grid, results, storage)
+    tuned_file = grid.tuned_file(results)
+    threads = threads or available_cores()
+    seed = grid.seeds[0]
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for size in chosen:
+        known = variant_labels(grid, size)
+        labels = known if variants == ["all"] else list(variants or spec.variants)
+        for label in labels:
+            if label != "baseline" and label not in known:
+                raise ConfigError(f"tune: variant {label!r} is not in the grid at size {size.name} ({', '.join(known)})")
+        for label in labels:
+            name = f"{grid.name}/{size.name}/{label}"
+            study = optuna.create_study(
+                study_name=name, storage=store, direction="minimize", load_if_exists=True,
+                sampler=optuna.samplers.TPESampler(seed=spec.seed), pruner=_pruner(grid),
+            )
+
+            def objective(trial: optuna.Trial) -> float:
+                train: dict[str, Any] = {"lr": trial.suggest_float("lr", *spec.lr, log=True)}
+                if spec.warmup_frac:
+                    train["warmup_frac"] = trial.suggest_float("warmup_frac", *spec.warmup_frac)
+                if spec.beta2:
+                    train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
+                if spec.eval_interval:
+                    train["eval_interval"] = spec.eval_interval
+                cfg = make_run(grid, size, label, spec.budget, seed, sweep=f"{grid.name}-tune", train=train)
+                cfg = with_runtime(cfg, threads=threads, progress_bar=False)
+                run_dir = run_dir_for(cfg, results)
+                trial.set_user_attr("run_id", cfg.run_id)
+                callback = pruning_callback(trial)
+                outcome = train_claimed(cfg, run_dir, log_file=run_dir / "train.log", callbacks=[callback])
+                if callback.pruned_at is not None:
+                    raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
+                if outcome.status == "diverged":
+                    trial.set_user_attr("diverged", True)
+                    return math.log(cfg.model.vocab_size)
+                if outcome.status != "done" or outcome.val_loss is None:
+                    trial.set_user_attr("error", outcome.error or outcome.status)
+                    return float("nan")  # a failed trial (Optuna records it as FAIL)
+                return float(outcome.val_loss)
+
+            finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+            todo = trials - len(study.get_trials(deepcopy=False, states=finished))
+            if todo > 0:
+                log(f"tuning {name}: {todo} trial(s) of {spec.budget.label}, searching {', '.join(spec.searched)}")
+                study.optimize(objective, n_trials=todo, callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
+            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if not done:
+                log(f"{name}: no trial finished; nothing written")
+                continue
+            winner = min(done, key=lambda t: t.value)
+            values = {k: float(v) for k, v in winner.params.items()}
+            entry = {
+                **values,
+                "val_loss": float(winner.value),
+                "trials": len(study.get_trials(deepcopy=False)),
+                "complete": len(done),
+                "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+                "budget": spec.budget.label,
+                "study": name,
+                "run_id": winner.user_attrs.get("run_id"),
+            }
+            write_tuned(tuned_file, grid.name, size.name, label, entry)
+            best[(size.name, label)] = entry
+            log(f"{name}: best " + ", ".join(f"{k} {v:.4g}" for k, v in values.items()) + f" (val_loss {winner.value:.4f}) -> {tuned_file}")
+    return best
