@@ -14,20 +14,8 @@ from pathlib import Path
 DEFAULT_OUTPUT = "fit.json"
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``fit`` to an argparse sub-parsers object; its ``func`` is :func:`run`."""
-    parser = subparsers.add_parser(
-        "fit",
-        help="fit scaling laws and the effective compute multiplier (with confidence intervals)",
-        description=(
-            "Fit L = A * C^-alpha (or E + A * C^-alpha) per variant in every sweep under RESULTS_DIR, a joint fit "
-            "with a shared exponent, the effective compute multiplier M(C) = C_base(L_var(C)) / C of every variant "
-            "over the baseline at each budget and at the largest, with bootstrap intervals, the wall-clock "
-            "multiplier, and the Chinchilla surface where N and D vary independently. Prints a table and writes "
-            "the same numbers at full precision to RESULTS_DIR/fit.json. See docs/analysis.md."
-        ),
-    )
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet")
+def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The options of :func:`analysis.fit_results`, shared by ``attnres fit`` and ``attnres report``."""
     parser.add_argument("--form", default="A*C^-alpha", choices=["A*C^-alpha", "E+A*C^-alpha"],
                         help="curve form (default: the paper's A*C^-alpha)")  # fmt: skip
     parser.add_argument("--select", default="mean", choices=["mean", "best"],
@@ -43,8 +31,43 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="IsoFLOP minima per budget when a budget has several sizes (auto), always, or never")  # fmt: skip
     parser.add_argument("--units", default="flops", choices=["flops", "pflops_days"],
                         help="compute unit of the fits and tables (default: training FLOPs as stored)")  # fmt: skip
-    parser.add_argument("--sweep", action="append", default=None, help="fit only this sweep (repeatable; default: all)")
+    parser.add_argument("--sweep", action="append", default=None, help="only this sweep (repeatable; default: all)")
     parser.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
+
+
+def fit_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of :func:`analysis.fit_results` from options added by :func:`add_fit_options`."""
+    return {
+        "form": args.form,
+        "select": args.select,
+        "baseline": args.baseline,
+        "level": args.level,
+        "n_boot": args.n_boot,
+        "seed": args.seed,
+        "delta": args.delta,
+        "exponent": args.exponent,
+        "frontier": args.frontier,
+        "compute_unit": args.units,
+        "sweeps": args.sweep,
+        "chinchilla": not args.no_chinchilla,
+    }
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``fit`` to an argparse sub-parsers object; its ``func`` is :func:`run`."""
+    parser = subparsers.add_parser(
+        "fit",
+        help="fit scaling laws and the effective compute multiplier (with confidence intervals)",
+        description=(
+            "Fit L = A * C^-alpha (or E + A * C^-alpha) per variant in every sweep under RESULTS_DIR, a joint fit "
+            "with a shared exponent, the effective compute multiplier M(C) = C_base(L_var(C)) / C of every variant "
+            "over the baseline at each budget and at the largest, with bootstrap intervals, the wall-clock "
+            "multiplier, and the Chinchilla surface where N and D vary independently. Prints a table and writes "
+            "the same numbers at full precision to RESULTS_DIR/fit.json. See docs/analysis.md."
+        ),
+    )
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet")
+    add_fit_options(parser)
     parser.add_argument("--out", default=None, help=f"where to write the JSON (default: RESULTS_DIR/{DEFAULT_OUTPUT})")
     parser.set_defaults(func=run)
     return parser
@@ -60,21 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         results = load_results(args.results_dir, tables=())
-        report = fit_results(
-            results,
-            form=args.form,
-            select=args.select,
-            baseline=args.baseline,
-            level=args.level,
-            n_boot=args.n_boot,
-            seed=args.seed,
-            delta=args.delta,
-            exponent=args.exponent,
-            frontier=args.frontier,
-            compute_unit=args.units,
-            sweeps=args.sweep,
-            chinchilla=not args.no_chinchilla,
-        )
+        report = fit_results(results, **fit_options(args))
     except AnalysisError as err:
         print(f"attnres fit: error: {err}", file=sys.stderr)
         return 2

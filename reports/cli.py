@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from analysis.cli import add_fit_options, fit_options
+
 DEFAULT_OUT = "report"
 
 
@@ -32,19 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--no-html", action="store_true", help="do not write report.html")
     parser.add_argument("--no-paper", action="store_true", help="leave out the paper's published fits (reference figure and lines)")
     parser.add_argument("--strict", action="store_true", help="stop on an unexpected error in a figure instead of listing it as skipped")
-    fit = parser.add_argument_group("fit options (as for `attnres fit`)")
-    fit.add_argument("--form", default="A*C^-alpha", choices=["A*C^-alpha", "E+A*C^-alpha"], help="curve form (default: the paper's A*C^-alpha)")
-    fit.add_argument("--select", default="mean", choices=["mean", "best"], help="point per (variant, size, budget): mean over seeds (default) or best run")
-    fit.add_argument("--baseline", default="baseline", help="the variant the others are compared with (default: baseline)")
-    fit.add_argument("--level", type=float, default=0.9, help="confidence level of the intervals (default 0.9)")
-    fit.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000; 0: no intervals)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    fit.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log-loss residuals (default 1e-3)")
-    fit.add_argument("--exponent", default="auto", choices=["auto", "shared", "unshared"], help="headline multiplier from a shared or separate exponents (default auto)")
-    fit.add_argument("--frontier", default="auto", choices=["auto", "on", "off"], help="IsoFLOP minima per budget (default auto)")
-    fit.add_argument("--units", default="flops", choices=["flops", "pflops_days"], help="compute unit (default: training FLOPs)")
-    fit.add_argument("--sweep", action="append", default=None, help="report only this sweep (repeatable; default: all)")
-    fit.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
+    add_fit_options(parser.add_argument_group("fit options (as for `attnres fit`)"))
     parser.set_defaults(func=run)
     return parser
 
@@ -67,18 +57,7 @@ def run(args: argparse.Namespace) -> int:
             html=not args.no_html,
             paper=not args.no_paper,
             strict=args.strict,
-            form=args.form,
-            select=args.select,
-            baseline=args.baseline,
-            level=args.level,
-            n_boot=args.n_boot,
-            seed=args.seed,
-            delta=args.delta,
-            exponent=args.exponent,
-            frontier=args.frontier,
-            compute_unit=args.units,
-            sweeps=args.sweep,
-            chinchilla=not args.no_chinchilla,
+            **fit_options(args),
         )
     except AnalysisError as err:
         print(f"attnres report: error: {err}", file=sys.stderr)
