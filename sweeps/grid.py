@@ -63,16 +63,24 @@ class BudgetSpec:
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A depth-mixing variant of the grid; ``n_blocks`` is N for Block AttnRes, or ``"divisors"`` of L."""
+    """A depth-mixing variant of the grid; ``n_blocks`` is N for Block AttnRes, or ``"divisors"`` of L.
 
-    residual: Literal["baseline", "full", "block"]
+    An ablation variant (``{name: LABEL, model: {...}}`` in a grid) carries its model.* settings in ``model``
+    and its label in ``name``.
+    """
+
+    residual: str
     n_blocks: int | Literal["divisors"] | None = None
+    model: tuple[tuple[str, Any], ...] = ()
+    name: str | None = None
 
     def for_size(self, n_layer: int, default_n_blocks: int) -> list[tuple[str, str, int | None]]:
         """(label, residual, n_blocks) of this variant at a size with ``n_layer`` transformer blocks.
 
         ``default_n_blocks`` (the grid's defaults.model.n_blocks) stands in for a bare ``block``.
         """
+        if self.name is not None:
+            return [(self.name, self.residual, self.n_blocks if isinstance(self.n_blocks, int) else None)]
         if self.residual != "block":
             return [(self.residual, self.residual, None)]
         sublayers = 2 * n_layer
@@ -384,10 +392,32 @@ def _parse_budgets(value: Any, where: str) -> tuple[BudgetSpec, ...]:
     return tuple(out)
 
 
+def _parse_model_variant(entry: Mapping[str, Any]) -> VariantSpec:
+    """``{name: LABEL, model: {residual: ..., ...}}``: a variant with its own model.* settings (an ablation)."""
+    unknown = set(entry) - {"name", "model"}
+    if unknown:
+        raise _unknown("variants: ", sorted(unknown)[0], ("name", "model"))
+    model = entry.get("model")
+    if not isinstance(model, Mapping) or "residual" not in model:
+        raise ConfigError(f"variants: {dict(entry)!r} needs model: {{residual: ..., ...}} (any model.* fields)")
+    cfg = from_dict(ModelConfig, dict(model), "variants: model.")
+    if "name" in entry:
+        name = str(entry["name"]).strip()
+    else:
+        name = cfg.variant.replace("block", f"block{cfg.n_blocks}", 1) if cfg.residual == "block" else cfg.variant
+    if not name or any(c.isspace() or c == "/" for c in name):
+        raise ConfigError(f"variants: name {entry.get('name')!r} must be a non-empty label without spaces or '/'")
+    n_blocks = cfg.n_blocks if cfg.residual == "block" else None
+    return VariantSpec(cfg.residual, n_blocks, model=tuple(sorted(dict(model).items())), name=name)
+
+
 def _parse_variants(value: Any) -> tuple[VariantSpec, ...]:
-    choices = "baseline, full, block (with N: {block: [2, 4]} or {block: divisors})"
+    choices = "baseline, full, block (with N: {block: [2, 4]} or {block: divisors}), or {name: LABEL, model: {...}}"
     out: list[VariantSpec] = []
     for entry in _as_list(value):
+        if isinstance(entry, Mapping) and "model" in entry:
+            out.append(_parse_model_variant(entry))
+            continue
         if isinstance(entry, str):
             text = entry.strip().lower()
             if text in ("baseline", "full"):
@@ -550,6 +580,7 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
                     for lr in lrs:
                         for seed in grid.seeds:
                             data = _run_data(grid, size, budget, residual, n_blocks, lr, seed, params)
+                            data["model"].update(dict(spec.model))
                             data["train"].update(extra)
                             where = f"size {size.name}, variant {label}, budget {budget.label}, seed {seed}"
                             try:
@@ -616,13 +647,18 @@ def make_run(
 
     ``variant``: baseline, full or block<N>; ``train``: extra train.* settings, applied last.
     """
+    model: dict[str, Any] = {}
     if variant in ("baseline", "full"):
         residual, n_blocks = variant, None
     elif variant.startswith("block") and variant[5:].isdigit():
         residual, n_blocks = "block", int(variant[5:])
     else:
-        raise ConfigError(f"unknown variant {variant!r}; use baseline, full or block<N> (e.g. block4)")
+        specs = [s for s in grid.variants if s.name == variant]
+        if not specs:
+            raise ConfigError(f"unknown variant {variant!r}; use baseline, full, block<N> (e.g. block4) or a grid variant's name")
+        residual, n_blocks, model = specs[0].residual, specs[0].n_blocks, dict(specs[0].model)
     data = _run_data(grid, size, budget, residual, n_blocks, None, seed, size_params(grid, size))
+    data["model"].update(model)
     data["train"].update(dict(train or {}))
     if sweep:
         data["sweep"] = sweep

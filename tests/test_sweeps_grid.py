@@ -11,7 +11,7 @@ import yaml
 
 from attnres.config import ConfigError, RunConfig
 from sweeps import expand, load_grid, model_of_size, tokens_for
-from sweeps.grid import GRID_DIR, BudgetSpec, expand_runs, size_params
+from sweeps.grid import GRID_DIR, BudgetSpec, expand_runs, make_run, size_params
 
 TINY = {
     "name": "tiny",
@@ -40,20 +40,30 @@ def write(tmp_path: Path, data: dict, name: str = "g.yaml") -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu_small", "paper", "block_size"])
-def test_shipped_grids_load_and_expand_to_valid_runs(name):
+def expand_shipped(name, tmp_path):
+    """A shipped grid's runs; a grid with `lr: tuned*` reads a tuned file written here with lr 3e-3 per size."""
     grid = load_grid(name)
-    runs = expand(grid)
+    if isinstance(grid.lr, str):
+        path = grid.tuned_file(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sizes = {s.name: {"baseline": {"lr": 3e-3}} for s in grid.sizes}
+        path.write_text(yaml.safe_dump({"sweep": grid.name, "sizes": sizes}))
+    return expand(grid, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["smoke", "demo", "cpu_small", "paper", "block_size", "ablations"])
+def test_shipped_grids_load_and_expand_to_valid_runs(name, tmp_path):
+    runs = expand_shipped(name, tmp_path)
     assert runs and all(isinstance(r, RunConfig) for r in runs)
     assert {r.sweep for r in runs} == {name}
     assert len({r.run_id for r in runs}) == len(runs)
 
 
-def test_shipped_grids_have_what_the_issue_asks():
+def test_shipped_grids_have_what_the_issue_asks(tmp_path):
     smoke = expand("smoke")
     assert len({r.train.tokens for r in smoke}) == 2
     assert {r.model.residual for r in smoke} == {"baseline", "full", "block"}
-    small = expand("cpu_small")
+    small = expand_shipped("cpu_small", tmp_path)
     assert len({(r.model.n_layer, r.train.tokens) for r in small}) >= 5
     assert sorted({r.model.n_blocks for r in small if r.model.residual == "block"}) == [2, 4]
     assert isinstance(load_grid("cpu_small").seeds, tuple)
@@ -215,3 +225,39 @@ def test_a_missing_corpus_fails_the_sweep_before_it_starts(tmp_path):
     with pytest.raises(ConfigError, match="nowhere.txt' does not exist"):
         run_grid(load_grid(data), tmp_path / "results", progress=False)
     assert not (tmp_path / "results").exists()
+
+
+def test_ablation_variants_carry_their_model_settings():
+    grid = load_grid(
+        grid_with(variants=["baseline", {"name": "full+sigmoid", "model": {"residual": "full", "depth_score": "sigmoid"}},
+                            {"model": {"residual": "block", "n_blocks": 2, "key_norm": False}}])
+    )
+    runs = expand(grid)
+    by_variant = {r.model.variant: r for r in runs}
+    assert set(by_variant) == {"baseline", "full+sigmoid", "block+no_key_norm"}
+    assert by_variant["full+sigmoid"].model.depth_score == "sigmoid"
+    assert by_variant["block+no_key_norm"].model.n_blocks == 2 and not by_variant["block+no_key_norm"].model.key_norm
+    labels = [spec.for_size(2, 4)[0][0] for spec in grid.variants]
+    assert labels == ["baseline", "full+sigmoid", "block2+no_key_norm"]
+    trial = make_run(grid, grid.sizes[0], "full+sigmoid", grid.budgets[0], 0)
+    assert trial.model.depth_score == "sigmoid"
+
+
+@pytest.mark.parametrize(
+    "variant,fragment",
+    [
+        ({"name": "x", "model": {"residual": "full", "depth_scor": "sigmoid"}}, "depth_score"),
+        ({"name": "x", "model": {"depth_score": "sigmoid"}}, "residual"),
+        ({"name": "a b", "model": {"residual": "full"}}, "without spaces"),
+        ({"name": "x", "model": {"residual": "baseline", "depth_score": "sigmoid"}}, "only apply to AttnRes"),
+    ],
+)
+def test_bad_ablation_variants_are_rejected(variant, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_grid(grid_with(variants=["baseline", variant]))
+
+
+def test_the_ablations_grid_has_the_papers_table_4_rows():
+    variants = {r.model.variant for r in expand("ablations")}
+    assert {"baseline", "denseformer", "mhc4", "full", "full+input_query", "full+scalar", "full+sigmoid",
+            "full+no_key_norm", "full+window4", "block", "block+heads16", "block+no_key_norm"} <= variants

@@ -191,3 +191,9 @@ def test_config_file_and_override_precedence(tmp_path):
     cfg = resolve_run_config(path, ["train.lr=2e-3"])
     assert (cfg.model.n_layer, cfg.model.d_model, cfg.train.lr) == (3, 48, 2e-3)
     assert cfg.model.n_head == 4  # the default
+
+
+def test_compile_is_refused_for_the_hand_written_depth_attention():
+    with pytest.raises(ConfigError, match="runtime.compile"):
+        resolve_run_config(None, ["model.residual=block", "runtime.compile=true"])
+    resolve_run_config(None, ["model.residual=baseline", "runtime.compile=true"])
