@@ -220,11 +220,11 @@ class HyperConnections(DepthMixer):
 
     def read(self, state: DepthState, layer: int) -> Tensor:
         pre, post, res = self.maps(state.h, layer)  # (B,T,n), (B,T,n), (B,T,n,n)
-        state.phase1 = (post, res)
+        state.maps = (post, res)
         return torch.einsum("btn,nbtd->btd", pre.to(state.h.dtype), state.h)
 
     def write(self, state: DepthState, layer: int, output: Tensor) -> None:
-        post, res = state.phase1
+        post, res = state.maps
         mixed = torch.einsum("btmn,nbtd->mbtd", res.to(state.h.dtype), state.h)  # row m of H_res mixes into m
         state.h = mixed + post.permute(2, 0, 1).unsqueeze(-1).to(output.dtype) * output.unsqueeze(0)
 

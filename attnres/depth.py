@@ -87,6 +87,7 @@ class DepthState:
         self.u: Tensor | None = None  # AttnRes: query vectors w_q * g_q, (Q, D)
         self.tokens: list[Tensor] = []  # AttnRes: one per deposited slot, so readers depend on deposits
         self.phase1: tuple | None = None  # AttnRes: (lse (S,B,T), weights (S,k,B,T), S outputs (B,T,D))
+        self.maps: tuple | None = None  # HyperConnections: (H_post, H_res) of the sublayer in progress
 
 
 class DepthMixer(nn.Module):
