@@ -592,9 +592,14 @@ def fit_results(
         inputs_hash=results.inputs_hash,
         settings=settings,
         sweeps=fitted,
-        problems=results.problems,
+        problems=tuple(p for p in results.problems if _sweep_of(p) in names or _sweep_of(p) not in results.sweeps),
         n_runs=len(runs),
     )
+
+
+def _sweep_of(problem: Problem) -> str:
+    """The sweep folder a problem run lies in (problems of sweeps left out of the fits are not reported)."""
+    return problem.path.split("/")[0]
 
 
 def _check(s: FitSettings) -> None:

@@ -47,6 +47,7 @@ _EXPORTS = {
     "multiplier_table": "reports.tables",
     "budget_table": "reports.tables",
     "size_table": "reports.tables",
+    "lr_table": "reports.tables",
     "ablation_table": "reports.tables",
     "describe_variant": "reports.tables",
     # looks

@@ -445,8 +445,8 @@ class _Builder:
         select = "mean over seeds at the best learning rate" if s.select == "mean" else "best run"
         items = [
             f"results directory: `{self.results.root}`",
-            f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: {len(self.results.problems)} (listed at the end)",
-            f"sweeps: {', '.join(f'`{x}`' for x in self.results.sweeps) or 'none'}",
+            f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: {len(self.fit.problems)} (listed at the end)",
+            "sweeps: " + (", ".join(_sweep_name(x) for x in self.results.sweeps) or "none"),
             f"inputs sha256 (of every run.parquet row): `{self.results.inputs_hash}`",
             "git sha of the runs: " + (", ".join(f"`{k}` ({v} runs)" for k, v in shas) or "not recorded"),
             "FLOP convention: " + ("; ".join(conventions) or "unknown"),
@@ -569,6 +569,15 @@ class _Builder:
             formats = {"params (non-embedding)": _fmt_count, "tokens": _fmt_count, "training FLOPs": _fmt_sci, "lr": _fmt_sci}
             formats.update({c: _fmt_loss for c in t2.attrs.get("loss_columns", [])})
             blocks.append(Table(t2, formats, tuple(t2.attrs.get("loss_columns", []))))
+        several_lrs = not runs.empty and (runs[runs["sweep"] == sweep].groupby(["n_layer", "d_model", "tokens"])["lr"].nunique() > 1).any()
+        t_lr = self.table("lr_sensitivity", sweep, lambda: tables.lr_table(runs, sweep=sweep)) if several_lrs else None
+        if t_lr is not None:
+            blocks.append(Heading("Table: learning-rate sensitivity", 3))
+            blocks.append(Paragraph("Validation loss in nats/token (mean over seeds) of every variant at each learning rate the "
+                                    "sweep ran, per model size; the lowest in each row in bold."))  # fmt: skip
+            formats = {"tokens": _fmt_count, "lr": _fmt_sci, "seeds": _fmt_int}
+            formats.update({c: _fmt_loss for c in t_lr.attrs.get("loss_columns", [])})
+            blocks.append(Table(t_lr, formats, tuple(t_lr.attrs.get("loss_columns", []))))
         t4 = self.table("table4_ablations", sweep, lambda: tables.ablation_table(runs, sweep=sweep, select_method=select_method, baseline=self.settings.baseline))
         if t4 is not None:
             blocks.append(Heading("Table: ablations at one size (like the paper's Table 4)", 3))
@@ -587,10 +596,10 @@ class _Builder:
         return blocks + [Bullets(tuple(str(s) for s in self.skipped))]
 
     def problems_section(self) -> list[Block]:
-        problems = self.results.problems
+        problems = self.fit.problems  # those of the fitted sweeps (a tuning search's pruned trials are not problems)
         blocks: list[Block] = [Heading("Runs left out or with a problem", 2)]
         if not problems:
-            return blocks + [Paragraph("None: every run folder was read and every run finished.")]
+            return blocks + [Paragraph("None: every run folder of the fitted sweeps was read and every run finished.")]
         shown = [f"`{p.path}`: {p.reason}" for p in problems[:100]]
         if len(problems) > 100:
             shown.append(f"... and {len(problems) - 100} more (all are in report.json)")
@@ -608,7 +617,7 @@ class _Builder:
                 "inputs_hash": self.results.inputs_hash,
                 "n_runs": int(len(runs)),
                 "status": {k: int(v) for k, v in sorted(status.items())},
-                "n_problems": len(self.results.problems),
+                "n_problems": len(self.fit.problems),
                 "git_shas": dict(_value_counts(runs, "git_sha")),
                 "flops_conventions": sorted({c for sw in self.fit.sweeps for c in sw.flops_convention}),
                 "fit_settings": self.settings.to_dict(),
@@ -618,10 +627,18 @@ class _Builder:
             "figures": [f.to_dict(self.out) for f in self.figures],
             "skipped": [s.to_dict() for s in self.skipped],
             "tables": self.tables,
-            "problems": [p.to_dict() for p in self.results.problems],
+            "problems": [p.to_dict() for p in self.fit.problems],
             "files": sorted(p.relative_to(self.out).as_posix() for p in files),
             "fit": self.fit.to_dict(),
         })  # fmt: skip
+
+
+def _sweep_name(name: str) -> str:
+    from analysis.summary import TUNING_SUFFIX
+
+    if name.endswith(TUNING_SUFFIX):
+        return f"`{name}` (the learning-rate search of `attnres tune`; not fitted, its pruned trials stay unfinished)"
+    return f"`{name}`"
 
 
 def _value_counts(runs: pd.DataFrame, column: str) -> list[tuple[str, int]]:

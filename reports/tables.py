@@ -169,6 +169,41 @@ def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: s
     return table
 
 
+def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
+    """Learning-rate sensitivity: for every model size run at more than one learning rate, one row per
+    (size, lr) with the validation loss (nats/token, mean over the finished seeds) of each variant and the
+    number of seeds behind it. ``DataFrame.attrs["loss_columns"]`` lists the loss columns."""
+    from analysis.select import curve_labels
+
+    runs, sweep = sweep_runs(runs, sweep)
+    done = runs[(runs["status"] == "done") & pd.to_numeric(runs["val_loss"], errors="coerce").notna()].copy()
+    if done.empty:
+        raise MissingData("no finished runs")
+    done["curve"] = curve_labels(done)
+    shape = ["n_layer", "d_model", "tokens"]
+    swept = done.groupby(shape)["lr"].transform("nunique") > 1
+    done = done[swept]
+    if done.empty:
+        raise MissingData("every model size was run at one learning rate")
+    curves = curve_order(done["curve"].unique())
+    names = {}
+    for c in curves:
+        nb = pd.to_numeric(done.loc[done["curve"] == c, "n_blocks"], errors="coerce").dropna()
+        names[c] = variant_label(c, int(nb.mode().iloc[0]) if (split_curve(c)[0] == "block" and not nb.empty) else None)
+    rows = []
+    for (n_layer, d_model, tokens, lr), g in done.groupby([*shape, "lr"], sort=True):
+        row = {"n_layer": int(n_layer), "d_model": int(d_model), "tokens": float(tokens), "lr": float(lr),
+               "seeds": int(g.groupby("curve").size().min())}  # fmt: skip
+        for c in curves:
+            hit = g.loc[g["curve"] == c, "val_loss"]
+            row[names[c]] = float(hit.mean()) if not hit.empty else math.nan
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.attrs["loss_columns"] = [names[c] for c in curves]
+    table.attrs["sweep"] = sweep
+    return table
+
+
 def has_ablations(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean") -> bool:
     """Whether a sweep holds ablation variants: any name besides baseline / full / block, or Block with
     several N at one size."""

@@ -198,6 +198,16 @@ def test_running_failed_and_broken_runs(tmp_path):
     assert summary.headline  # the finished runs are still fitted
 
 
+def test_a_tuning_search_is_named_but_its_pruned_trials_are_not_problems(tmp_path):
+    write_synthetic_results(tmp_path / "r", sweep="study", budgets=[1e15, 1e16])
+    write_synthetic_results(tmp_path / "r", sweep="study-tune", multipliers={"baseline": 1.0}, budgets=[1e15], unfinished=2)
+    summary = build(tmp_path / "r", tmp_path)
+    md = summary.report_md.read_text()
+    assert "`study-tune` (the learning-rate search of `attnres tune`" in md
+    assert summary.results.problems and "study-tune/" not in md.split("## Runs left out")[1]
+    assert json.loads(summary.report_json.read_text())["problems"] == []
+
+
 def test_a_sweep_where_everything_is_still_running(tmp_path):
     write_synthetic_results(tmp_path / "r", sweep="done", budgets=[1e15, 1e16])
     busy = write_synthetic_results(tmp_path / "r", sweep="busy", multipliers={"baseline": 1.0}, budgets=[1e15], unfinished=2)

@@ -395,3 +395,20 @@ def test_figure_functions_do_not_read_files(scaling, monkeypatch):
     monkeypatch.setattr(pd, "read_parquet", refuse)
     reports.plot_scaling_curves(fit, "scaling", runs=results.runs)
     reports.plot_block_output_rms(results.runs, results.layers, sweep="scaling")
+
+
+def test_lr_table_lists_every_variant_at_every_learning_rate(tmp_path):
+    import analysis
+    from analysis.synthetic import write_synthetic_results
+
+    from reports import lr_table
+
+    write_synthetic_results(tmp_path, sweep="lrs", budgets=[1e12], seeds=2, lrs=(1e-3, 3e-3), multipliers={"block": 1.2})
+    runs = analysis.load_results(tmp_path, tables=()).runs
+    table = lr_table(runs, sweep="lrs")
+    assert sorted(table["lr"].unique()) == [1e-3, 3e-3]
+    assert table.attrs["loss_columns"] and all(table[c].notna().all() for c in table.attrs["loss_columns"])
+    assert (table["seeds"] == 2).all()
+    write_synthetic_results(tmp_path / "one", sweep="one", budgets=[1e12], seeds=1)
+    with pytest.raises(reports.MissingData, match="one learning rate"):
+        lr_table(analysis.load_results(tmp_path / "one", tables=()).runs, sweep="one")
