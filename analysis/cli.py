@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 DEFAULT_OUTPUT = "fit.json"
 
@@ -97,13 +98,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m analysis.cli fit RESULTS_DIR``: the same sub-command without the rest of ``attnres``."""
+def run_alone(register_command: Callable[[argparse._SubParsersAction], Any], argv: list[str] | None) -> int:
+    """Run one part's sub-command without the rest of ``attnres`` (so without torch): ``python -m analysis.cli``
+    and ``python -m reports.cli``."""
     parser = argparse.ArgumentParser(prog="attnres")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    register(sub)
+    register_command(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.cli fit RESULTS_DIR``: the same sub-command without the rest of ``attnres``."""
+    return run_alone(register, argv)
 
 
 if __name__ == "__main__":

@@ -181,3 +181,13 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
         if missing:
             raise SchemaError(f"{path}: missing columns {missing}")
     return table
+
+
+def read_run_row(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run.parquet row of a run folder as a dict, or None when there is none to trust (never started,
+    truncated by a crash of an older writer, another schema version, a foreign file): such a run is simply
+    trained (again) rather than skipped."""
+    try:
+        return read_table(Path(run_dir) / RUN_FILE).to_pylist()[0]
+    except Exception:
+        return None

@@ -7,23 +7,17 @@ checkpoint (same data order, same result), and a run being trained by another pr
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import socket
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from attnres import schema
+from attnres import locks, schema
 from attnres.budget import Budget, run_budget
 from attnres.config import ConfigError, RunConfig, dump_yaml, from_dict, load_yaml
 from attnres.data import Corpus, check_run_data, load_corpus
-
-LOCK_FILE = ".lock"
-
 
 class RunBusy(RuntimeError):
     """Another process holds this run folder's lock (it is training the run right now)."""
@@ -38,32 +32,14 @@ class RunResult:
     trained: bool  # False when the run was already finished or busy
 
 
-def run_status(run_dir: Path) -> dict | None:
-    """The run.parquet row of a run folder, or None if it has none (or it is unreadable)."""
-    try:
-        return schema.read_table(Path(run_dir) / schema.RUN_FILE).to_pylist()[0]
-    except (FileNotFoundError, schema.SchemaError, IndexError, OSError):
-        return None
-    except Exception:  # a truncated or foreign file: treat as no status
-        return None
-
-
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
-    """An exclusive, non-blocking lock on the run folder, released when the process ends (even by SIGKILL)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-            raise RunBusy(f"{run_dir} is being trained by another process ({holder or 'unknown'})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    """An exclusive, non-blocking lock on the run folder (:mod:`attnres.locks`); raises :class:`RunBusy`."""
+    path = run_dir / locks.TRAIN_LOCK_FILE
+    with locks.exclusive(path) as ours:
+        if not ours:
+            raise RunBusy(f"{run_dir} is being trained by another process ({locks.holder(path)})")
         yield
-    finally:
-        os.close(fd)
 
 
 def check_same_run(cfg: RunConfig, run_dir: Path) -> None:
@@ -127,7 +103,7 @@ def train(
     """
     run_dir = Path(run_dir)
     check_same_run(cfg, run_dir)
-    previous = run_status(run_dir)
+    previous = schema.read_run_row(run_dir)
     if previous and previous["status"] == "done":
         return RunResult(run_dir, "done", previous["step"], previous["val_loss"], trained=False)
     corpus, budget = prepare(cfg)
@@ -138,7 +114,7 @@ def train(
         return _fit(cfg, run_dir, corpus, budget, False, callbacks)
     try:
         with run_lock(run_dir):
-            finished = run_status(run_dir)  # it may have finished while we waited for nothing but the lock
+            finished = schema.read_run_row(run_dir)  # it may have finished while we waited for nothing but the lock
             if finished and finished["status"] == "done":
                 return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())

@@ -569,8 +569,8 @@ class _Builder:
             formats = {"params (non-embedding)": _fmt_count, "tokens": _fmt_count, "training FLOPs": _fmt_sci, "lr": _fmt_sci}
             formats.update({c: _fmt_loss for c in t2.attrs.get("loss_columns", [])})
             blocks.append(Table(t2, formats, tuple(t2.attrs.get("loss_columns", []))))
-        several_lrs = not runs.empty and (runs[runs["sweep"] == sweep].groupby(["n_layer", "d_model", "tokens"])["lr"].nunique() > 1).any()
-        t_lr = self.table("lr_sensitivity", sweep, lambda: tables.lr_table(runs, sweep=sweep)) if several_lrs else None
+        # only where the sweep ran some size at several learning rates (not a "skipped" line for every other sweep)
+        t_lr = self.table("lr_sensitivity", sweep, lambda: tables.lr_table(runs, sweep=sweep)) if tables.has_lr_sweep(runs, sweep=sweep) else None
         if t_lr is not None:
             blocks.append(Heading("Table: learning-rate sensitivity", 3))
             blocks.append(Paragraph("Validation loss in nats/token (mean over seeds) of every variant at each learning rate the "

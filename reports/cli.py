@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analysis.cli import add_fit_options, fit_options
+from analysis.cli import add_fit_options, fit_options, run_alone
 
 DEFAULT_OUT = "report"
 
@@ -80,11 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reports.cli report RESULTS_DIR``: the same sub-command without the rest of ``attnres``."""
-    parser = argparse.ArgumentParser(prog="attnres")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    register(sub)
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    return run_alone(register, argv)
 
 
 if __name__ == "__main__":

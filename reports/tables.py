@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from reports.data import MissingData, Shape, select, sweep_fit, sweep_runs
+from reports.data import MissingData, Shape, n_blocks_of, select, sweep_fit, sweep_runs
 from reports.style import curve_order, is_main_variant, sci, split_curve, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analysis import FitReport
+    from analysis import FitReport, VariantMultiplier
 
 # The paper's Table 4 (436M model, their data): loss of each ablation minus the baseline's 1.766.
 PAPER_TABLE4_BASELINE = 1.766
@@ -74,12 +74,25 @@ def describe_variant(curve: str) -> str:
     return ", ".join([head, *texts])
 
 
+def _ci(report: FitReport) -> str:
+    return f"{int(round(report.settings.level * 100))}% CI"
+
+
+def _multipliers(report: FitReport, sweep: str | None) -> list[VariantMultiplier]:
+    """The sweep's variant multipliers in the figures' variant order."""
+    sw = sweep_fit(report, sweep)
+    if not sw.multipliers:
+        raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
+    order = curve_order([m.variant for m in sw.multipliers])
+    return sorted(sw.multipliers, key=lambda m: order.index(m.variant))
+
+
 def fit_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per fitted curve: status, points, runs, A, alpha (and E) with their intervals."""
     sw = sweep_fit(report, sweep)
     if not sw.curves:
         raise MissingData(f"no fitted curve in sweep {sw.sweep!r}")
-    pct = f"{int(round(report.settings.level * 100))}% CI"
+    pct = _ci(report)
     rows = []
     for c in sorted(sw.curves, key=lambda c: curve_order([x.curve for x in sw.curves]).index(c.curve)):
         row = {"curve": c.curve, "status": c.fit.status, "points": c.fit.n_points, "runs": c.n_runs,
@@ -93,12 +106,9 @@ def fit_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
 def multiplier_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per variant: M at its largest budget (the headline) with its interval, the exponent used and
     the exponent test, the wall-clock multiplier, runs, and the fit statuses."""
-    sw = sweep_fit(report, sweep)
-    if not sw.multipliers:
-        raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
-    pct = f"{int(round(report.settings.level * 100))}% CI"
+    pct = _ci(report)
     rows = []
-    for m in sorted(sw.multipliers, key=lambda m: curve_order([x.variant for x in sw.multipliers]).index(m.variant)):
+    for m in _multipliers(report, sweep):
         rows.append({
             "variant": m.variant,
             "largest C": sci(m.compute, 4),
@@ -117,12 +127,9 @@ def multiplier_table(report: FitReport, sweep: str | None = None) -> pd.DataFram
 
 def budget_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with intervals."""
-    sw = sweep_fit(report, sweep)
-    if not sw.multipliers:
-        raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
-    pct = f"{int(round(report.settings.level * 100))}% CI"
+    pct = _ci(report)
     rows = []
-    for m in sorted(sw.multipliers, key=lambda m: curve_order([x.variant for x in sw.multipliers]).index(m.variant)):
+    for m in _multipliers(report, sweep):
         for b in m.budgets:
             rows.append({"variant": m.variant, "C": sci(b.compute, 4), "loss": f"{b.loss:.5g}", "runs": b.n_runs_variant,
                          f"M [{pct}]": b.multiplier.text(), f"wall-clock M [{pct}]": b.wall_clock.text(),
@@ -143,11 +150,7 @@ def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: s
         raise MissingData("no finished runs")
     shapes = points.groupby("curve")[["n_layer", "d_model", "tokens"]].apply(lambda g: len(g.drop_duplicates()))
     curves = [c for c in curve_order(points["curve"].unique()) if is_main_variant(c) or shapes.get(c, 0) > 1]
-    names = {}
-    for c in curves:
-        nb = points.loc[points["curve"] == c, "n_blocks"]
-        nb = pd.to_numeric(nb, errors="coerce").dropna()
-        names[c] = variant_label(c, int(nb.mode().iloc[0]) if (split_curve(c)[0] == "block" and not nb.empty) else None)
+    names = {c: variant_label(c, n_blocks_of(points, c)) for c in curves}
     rows = []
     for (n_layer, d_model, tokens), g in points.groupby(["n_layer", "d_model", "tokens"], sort=True):
         g = g[g["curve"].isin(curves)]
@@ -169,10 +172,11 @@ def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: s
     return table
 
 
-def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
-    """Learning-rate sensitivity: for every model size run at more than one learning rate, one row per
-    (size, lr) with the validation loss (nats/token, mean over the finished seeds) of each variant and the
-    number of seeds behind it. ``DataFrame.attrs["loss_columns"]`` lists the loss columns."""
+_SHAPE = ["n_layer", "d_model", "tokens"]
+
+
+def _lr_swept_runs(runs: pd.DataFrame, sweep: str | None) -> tuple[pd.DataFrame, str]:
+    """The finished runs (with their curve labels) at the sizes that were run at more than one learning rate."""
     from analysis.select import curve_labels
 
     runs, sweep = sweep_runs(runs, sweep)
@@ -180,18 +184,30 @@ def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
     if done.empty:
         raise MissingData("no finished runs")
     done["curve"] = curve_labels(done)
-    shape = ["n_layer", "d_model", "tokens"]
-    swept = done.groupby(shape)["lr"].transform("nunique") > 1
-    done = done[swept]
+    done = done[done.groupby(_SHAPE)["lr"].transform("nunique") > 1]
     if done.empty:
         raise MissingData("every model size was run at one learning rate")
+    return done, sweep
+
+
+def has_lr_sweep(runs: pd.DataFrame, *, sweep: str | None = None) -> bool:
+    """Whether some model size of a sweep has finished runs at more than one learning rate."""
+    try:
+        _lr_swept_runs(runs, sweep)
+    except MissingData:
+        return False
+    return True
+
+
+def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
+    """Learning-rate sensitivity: for every model size run at more than one learning rate, one row per
+    (size, lr) with the validation loss (nats/token, mean over the finished seeds) of each variant and the
+    number of seeds behind it. ``DataFrame.attrs["loss_columns"]`` lists the loss columns."""
+    done, sweep = _lr_swept_runs(runs, sweep)
     curves = curve_order(done["curve"].unique())
-    names = {}
-    for c in curves:
-        nb = pd.to_numeric(done.loc[done["curve"] == c, "n_blocks"], errors="coerce").dropna()
-        names[c] = variant_label(c, int(nb.mode().iloc[0]) if (split_curve(c)[0] == "block" and not nb.empty) else None)
+    names = {c: variant_label(c, n_blocks_of(done, c)) for c in curves}
     rows = []
-    for (n_layer, d_model, tokens, lr), g in done.groupby([*shape, "lr"], sort=True):
+    for (n_layer, d_model, tokens, lr), g in done.groupby([*_SHAPE, "lr"], sort=True):
         row = {"n_layer": int(n_layer), "d_model": int(d_model), "tokens": float(tokens), "lr": float(lr),
                "seeds": int(g.groupby("curve").size().min())}  # fmt: skip
         for c in curves:

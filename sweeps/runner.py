@@ -11,7 +11,6 @@ No torch at import (``attnres.train`` is imported when a run is trained).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 import sys
@@ -21,13 +20,11 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Sequence
 
-from attnres import schema
+from attnres import locks, schema
 from attnres.config import RunConfig
 
-CLAIM_FILE = ".claim"
-TRAIN_LOCK_FILE = ".lock"  # attnres.train's lock
 FINAL = ("done", "diverged")  # outcomes a sweep does not train again (a diverged run diverges again)
 
 
@@ -44,49 +41,18 @@ class RunOutcome:
     error: str | None = None
 
 
-def read_status(run_dir: str | Path) -> dict | None:
-    """The run.parquet row, or None (never started, or unreadable)."""
-    try:
-        return schema.read_table(Path(run_dir) / schema.RUN_FILE).to_pylist()[0]
-    except Exception:  # missing, truncated, foreign: no status
-        return None
+# the run.parquet row, or None (never started, or unreadable); re-exported for the launchers
+read_status = schema.read_run_row
 
 
 def is_locked(run_dir: str | Path) -> bool:
     """Is some process training this run right now (its claim or attnres.train's lock is held)?"""
-    for name in (CLAIM_FILE, TRAIN_LOCK_FILE):
-        path = Path(run_dir) / name
-        if not path.exists():
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)  # closing drops our shared lock at once
-    return False
+    return any(locks.is_held(Path(run_dir) / name) for name in (locks.CLAIM_FILE, locks.TRAIN_LOCK_FILE))
 
 
-@contextmanager
-def claim(run_dir: Path) -> Iterator[bool]:
+def claim(run_dir: Path) -> ContextManager[bool]:
     """Hold the run's claim for the block; yields False (and holds nothing) if another process has it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        yield True
-    finally:
-        os.close(fd)
+    return locks.exclusive(run_dir / locks.CLAIM_FILE)
 
 
 @contextmanager

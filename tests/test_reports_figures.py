@@ -410,5 +410,7 @@ def test_lr_table_lists_every_variant_at_every_learning_rate(tmp_path):
     assert table.attrs["loss_columns"] and all(table[c].notna().all() for c in table.attrs["loss_columns"])
     assert (table["seeds"] == 2).all()
     write_synthetic_results(tmp_path / "one", sweep="one", budgets=[1e12], seeds=1)
+    one = analysis.load_results(tmp_path / "one", tables=()).runs
     with pytest.raises(reports.MissingData, match="one learning rate"):
-        lr_table(analysis.load_results(tmp_path / "one", tables=()).runs, sweep="one")
+        lr_table(one, sweep="one")
+    assert reports.tables.has_lr_sweep(runs, sweep="lrs") and not reports.tables.has_lr_sweep(one, sweep="one")
