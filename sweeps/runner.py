@@ -2,9 +2,10 @@
 
 Both launchers (local workers and SLURM array tasks) call :func:`train_claimed`. The claim is an exclusive,
 non-blocking ``flock`` on ``RUN_DIR/.claim``, held by the training process for the whole attempt and released
-by the kernel when the process ends (even by SIGKILL). It closes the window that ``attnres.train.train``'s
-own lock leaves open (the run's status is read before that lock is taken): with the claim held, "is it done?"
-and "train it" happen under one lock, so two launchers never train a run twice, nor at the same time.
+by the kernel when the process ends (even by SIGKILL). With the claim held, the launcher's "is it done?", its
+log header and output redirection and "train it" happen under one lock, so a second launcher neither trains the
+run nor writes into its log. (``attnres.train.train`` alone never trains a run twice either: it re-reads the
+status under its own lock, ``.lock``.)
 
 No torch at import (``attnres.train`` is imported when a run is trained).
 """
