@@ -168,7 +168,11 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
     """Read a contract file, checking its schema_version and columns; raises :class:`SchemaError`."""
     path = Path(path)
     schema = schema or SCHEMAS.get(path.name)
-    table = pq.read_table(path)
+    # One open file, read whole: pyarrow's path reader takes the size from a stat and the bytes from a later
+    # open, so a reader racing a writer's atomic rename mixes the old file's length with the new file's bytes
+    # ("Couldn't deserialize thrift"). A file descriptor pins one version of the file.
+    with open(path, "rb") as f:
+        table = pq.read_table(pa.BufferReader(f.read()))
     meta = table.schema.metadata or {}
     version = meta.get(b"schema_version", b"?").decode()
     if version != str(SCHEMA_VERSION):

@@ -95,3 +95,30 @@ def test_a_sweep_folder_with_its_own_config_is_not_a_run(tmp_path):
     (tmp_path / "synthetic" / "config.yaml").write_text("sweep: synthetic\n")
     results = load_results(tmp_path, tables=())
     assert len(results.runs) == 2 and results.problems == ()
+
+
+def test_reading_while_a_run_rewrites_its_file_never_sees_a_mixed_file(tmp_path):
+    """A report or `sweep status` reads run folders while training replaces metrics.parquet by atomic rename;
+    every read must return one whole version (pyarrow's path reader mixed one file's size with another's bytes)."""
+    import threading
+
+    path = tmp_path / "metrics.parquet"
+    row = {"split": "train", "tokens": 1, "flops": 1.0, "loss": 1.0, "bpb": 1.0, "wall_s": 0.0}
+    stop = threading.Event()
+
+    def rewrite():
+        n = 0
+        while not stop.is_set():
+            n += 1  # a different length every time, as a growing metrics file has
+            write_table(path, to_table([{**row, "step": s} for s in range(n % 300 + 1)], METRICS_SCHEMA))
+
+    write_table(path, to_table([{**row, "step": 0}], METRICS_SCHEMA))
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    try:
+        for _ in range(1500):
+            steps = read_table(path).column("step").to_pylist()
+            assert steps == list(range(len(steps)))
+    finally:
+        stop.set()
+        writer.join()
