@@ -322,7 +322,7 @@ class RuntimeConfig:
     progress_bar: bool = True
     """Show Lightning's progress bar."""
     compile: bool = False
-    """Compile the model with torch.compile (baseline and ablation mixers only; off by default)."""
+    """torch.compile the model (baseline, ablations) or each sublayer (Full / Block; plus fused depth kernels on GPU)."""
 
     def __post_init__(self) -> None:
         _positive(self, "devices", "num_nodes")
@@ -345,11 +345,6 @@ class RunConfig:
     """Execution settings (see the runtime.* fields)."""
 
     def __post_init__(self) -> None:
-        _require(
-            not (self.runtime.compile and self.model.residual in ATTNRES and not self.model.ablation_switches),
-            "runtime.compile=true does not support the hand-written two-phase depth attention of Full/Block "
-            "AttnRes (torch.compile breaks its gradient bookkeeping); train AttnRes with runtime.compile=false",
-        )
         _require(
             self.sweep and all(c.isalnum() or c in "-_." for c in self.sweep),
             f"RunConfig.sweep={self.sweep!r} must be a non-empty name of letters, digits, '-', '_' or '.'",

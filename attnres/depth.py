@@ -156,12 +156,19 @@ class AttnRes(_AttnResBase):
 
     Completed sources live in one buffer slot each (slot 0 = embedding, slot n = depth block n), with their
     logits against every query computed once at deposit; the autograd functions of
-    :mod:`attnres.depth_autograd` recompute what backward needs instead of storing it.
+    :mod:`attnres.depth_autograd` recompute what backward needs instead of storing it. ``fused`` runs their
+    element-wise work through the compiled kernels of :mod:`attnres.depth_kernels`.
     """
+
+    def __init__(self, cfg: ModelConfig, fused: bool = False) -> None:
+        super().__init__(cfg)
+        self.fused = fused
 
     def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
         state = DepthState(embedding, recorder)
-        state.bufs = Buffers(embedding, slots=len(self.starts) + 1, queries=self.n_sublayers + 1, eps=self.eps)
+        state.bufs = Buffers(
+            embedding, slots=len(self.starts) + 1, queries=self.n_sublayers + 1, eps=self.eps, fused=self.fused
+        )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
         state.tokens = [Deposit.apply(embedding, state.u, state.bufs, 0)]
         return state
@@ -241,12 +248,12 @@ class ReferenceAttnRes(_AttnResBase):
         return self.attend(self.sources(state), self.n_sublayers)
 
 
-def build_mixer(cfg: ModelConfig, reference: bool = False) -> DepthMixer:
-    """The one place that maps a config to its depth mixer."""
+def build_mixer(cfg: ModelConfig, reference: bool = False, fused: bool = False) -> DepthMixer:
+    """The one place that maps a config to its depth mixer (``fused``: see :mod:`attnres.depth_kernels`)."""
     if cfg.residual == "baseline":
         return ResidualSum()
     if cfg.residual in ("full", "block") and not cfg.ablation_switches:
-        return ReferenceAttnRes(cfg) if reference else AttnRes(cfg)
+        return ReferenceAttnRes(cfg) if reference else AttnRes(cfg, fused=fused)
     from attnres import ablations  # the ablations import this module
 
     if cfg.residual == "denseformer":

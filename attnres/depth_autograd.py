@@ -18,6 +18,8 @@ Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous
 logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
 element-wise ops beats a batched matmul of tiny matrices on CPU and keeps the memory traffic minimal.
 Everything runs in at least fp32 (autocast is disabled inside), so the depth softmax is fp32 on any device.
+With ``Buffers.fused`` (``runtime.compile``), phase 1 and the merge hand their element-wise work to the
+torch.compile'd kernels of :mod:`attnres.depth_kernels` instead; the bookkeeping here stays the same.
 Shapes: B batch, T tokens, M slots (blocks + embedding), Q queries (L sublayers + final), D width, S block
 length, k completed slots.
 """
@@ -30,14 +32,17 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from attnres import depth_kernels
+
 
 class Buffers:
     """The per-forward depth state: values, logits, 1/rms of every slot, and their gradients."""
 
-    def __init__(self, like: Tensor, slots: int, queries: int, eps: float) -> None:
+    def __init__(self, like: Tensor, slots: int, queries: int, eps: float, fused: bool = False) -> None:
         b, t, d = like.shape
         dtype = torch.promote_types(like.dtype, torch.float32)
         self.eps = eps
+        self.fused = fused  # phase 1 and the merge through attnres.depth_kernels (torch.compile)
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
         self.inv_rms = like.new_empty(slots, b, t, dtype=dtype)  # (M, B, T)
@@ -124,10 +129,17 @@ class Phase1(Function):
     def forward(ctx: Any, bufs: Buffers, k: int, q0: int, q1: int, *tokens: Tensor) -> tuple[Tensor, ...]:
         with _no_autocast(bufs.values):
             scores = bufs.logits[:k, q0:q1].transpose(0, 1)  # (S, k, B, T)
-            lse = scores.logsumexp(dim=1)  # (S, B, T)
-            weights = (scores - lse.unsqueeze(1)).exp_()  # (S, k, B, T)
-            # one allocation per query: a sublayer's norm saves its input, which must not pin the others
-            outs = [_weighted_sum(w, bufs.values, torch.empty_like(bufs.values[0])) for w in weights]
+            if _fused(bufs):
+                s, (b, t, d) = q1 - q0, bufs.values.shape[1:]
+                lse, weights, *outs = depth_kernels.fused_phase1_forward(
+                    scores.reshape(s, k, b * t), bufs.values[:k].flatten(1, 2)
+                )
+                lse, weights, outs = lse.view(s, b, t), weights.view(s, k, b, t), [o.view(b, t, d) for o in outs]
+            else:
+                lse = scores.logsumexp(dim=1)  # (S, B, T)
+                weights = (scores - lse.unsqueeze(1)).exp_()  # (S, k, B, T)
+                # one allocation per query: a sublayer's norm saves its input, which must not pin the others
+                outs = [_weighted_sum(w, bufs.values, torch.empty_like(bufs.values[0])) for w in weights]
         ctx.bufs, ctx.k, ctx.q0, ctx.q1 = bufs, k, q0, q1
         ctx.save_for_backward(weights)
         ctx.mark_non_differentiable(weights)
@@ -139,25 +151,37 @@ class Phase1(Function):
         (weights,) = ctx.saved_tensors
         value_grad, logit_grad = bufs.grads()
         with _no_autocast(weights):
-            dots = torch.stack([_dots(bufs.values, k, dout) for dout in douts])  # (S, k, B, T)
-            mean = (weights * dots).sum(dim=1, keepdim=True)  # (S, 1, B, T)
-            logit_grad[:k, q0:q1] += (weights * (dots - mean + dlse.unsqueeze(1))).transpose(0, 1)
-            for s, dout in enumerate(douts):
-                for j in range(k):
-                    value_grad[j].addcmul_(dout, weights[s, j].unsqueeze(-1))
+            if _fused(bufs):
+                dlogits = depth_kernels.fused_phase1_backward(
+                    weights.flatten(2), bufs.values[:k].flatten(1, 2), dlse.flatten(1), value_grad[:k].flatten(1, 2),
+                    *(dout.flatten(0, 1) for dout in douts),
+                ).view_as(weights)
+            else:
+                dots = torch.stack([_dots(bufs.values, k, dout) for dout in douts])  # (S, k, B, T)
+                mean = (weights * dots).sum(dim=1, keepdim=True)  # (S, 1, B, T)
+                dlogits = weights * (dots - mean + dlse.unsqueeze(1))
+                for s, dout in enumerate(douts):
+                    for j in range(k):
+                        value_grad[j].addcmul_(dout, weights[s, j].unsqueeze(-1))
+            logit_grad[:k, q0:q1] += dlogits.transpose(0, 1)
         return (None,) * len(ctx.needs_input_grad)
+
+
+def _fused(bufs: Buffers) -> bool:
+    return bufs.fused and depth_kernels.available()
 
 
 class Merge(Function):
     """Phase 2 for query ``u`` (D,): ``h = p + keep * (out - p)``, ``keep = sigmoid(lse - r_p * (p . u))``.
 
     Neither ``out`` nor ``p`` is saved, only ``h`` (the sublayer's PreNorm keeps it anyway): ``out`` is
-    recomputed from this query's phase-1 ``weights`` (k, B, T) and the value buffer, bitwise as in forward,
-    and ``p = h - keep / (1 - keep) * (out - h)``. That division amplifies the rounding of h when keep is
-    near 1, but every term of the backward that uses p carries a factor ``out - h = (1 - keep)(out - p)``,
-    so the gradient's error stays at the rounding level of the forward (the tests compare with the direct
-    formula to 1e-5). Saving p instead would cost one (B, T, D) tensor per sublayer, about 5 % of a
-    baseline step's peak memory.
+    recomputed from this query's phase-1 ``weights`` (k, B, T) and the value buffer, and
+    ``p = h - keep / (1 - keep) * (out - h)``. That division amplifies the rounding of h (and of the
+    recomputed out, which the fused kernels need not reproduce bit for bit) when keep is near 1, but every
+    term of the backward that uses p carries a factor ``out - h = (1 - keep)(out - p)``, so the gradient's
+    error stays at the rounding level of the forward (the tests compare with the direct formula to 1e-5).
+    Saving p or out instead would cost one (B, T, D) tensor per sublayer: about 4.5 % of the peak memory
+    of a Block N = 4 step, for 2-3 ms of its 600 (measured).
     """
 
     @staticmethod
@@ -165,11 +189,17 @@ class Merge(Function):
         ctx: Any, out: Tensor, lse: Tensor, p: Tensor, u: Tensor, weights: Tensor, bufs: Buffers
     ) -> tuple[Tensor, Tensor]:
         with _no_autocast(p):
-            pf = p.to(out.dtype)
-            r = _inv_rms(pf, bufs.eps)  # (B, T)
-            logit = (pf @ u.to(pf.dtype)).mul_(r)  # (B, T)
-            keep = torch.sigmoid(lse - logit)  # weight of the completed blocks, (B, T)
-            h = torch.lerp(pf, out, keep.unsqueeze(-1))
+            pf, uf = p.to(out.dtype), u.to(out.dtype)
+            if _fused(bufs):
+                h, keep, r, logit = depth_kernels.fused_merge_forward(
+                    out.flatten(0, 1), pf.flatten(0, 1), uf, lse.flatten(), bufs.eps
+                )
+                h, keep, r, logit = h.view_as(pf), keep.view_as(lse), r.view_as(lse), logit.view_as(lse)
+            else:
+                r = _inv_rms(pf, bufs.eps)  # (B, T)
+                logit = (pf @ uf).mul_(r)  # (B, T)
+                keep = torch.sigmoid(lse - logit)  # weight of the completed blocks, (B, T)
+                h = torch.lerp(pf, out, keep.unsqueeze(-1))
         ctx.bufs, ctx.p_dtype = bufs, p.dtype
         ctx.save_for_backward(h, u, weights, r, logit, keep)
         ctx.mark_non_differentiable(keep)
@@ -180,7 +210,14 @@ class Merge(Function):
         h, u, weights, r, logit, keep = ctx.saved_tensors
         bufs = ctx.bufs
         with _no_autocast(h):
-            dh = dh.to(h.dtype)
+            dh, uf = dh.to(h.dtype), u.to(h.dtype)
+            if _fused(bufs):
+                k = weights.shape[0]
+                dout, dscore, dp, du = depth_kernels.fused_merge_backward(
+                    dh.flatten(0, 1), h.flatten(0, 1), uf, weights.flatten(1), bufs.values[:k].flatten(1, 2),
+                    r.flatten(), logit.flatten(), keep.flatten(),
+                )
+                return dout.view_as(h), dscore.view_as(r), dp.view_as(h).to(ctx.p_dtype), du.to(u.dtype), None, None
             gap = _weighted_sum(weights, bufs.values, torch.empty_like(h)).sub_(h)  # out - h
             # d h / d keep = out - p = gap / (1 - keep), so the score (lse - logit) gets keep * <dh, gap>
             dscore = torch.linalg.vecdot(dh, gap).mul_(keep)  # (B, T)
@@ -191,7 +228,7 @@ class Merge(Function):
             a = -dscore * r  # (B, T)
             c = dscore * logit * r.square() / h.shape[-1]
             dp = torch.mul(dh, rest.unsqueeze(-1))
-            dp.addcmul_(a.unsqueeze(-1), u.to(h.dtype)).addcmul_(h, c.unsqueeze(-1)).addcmul_(gap, (c * ratio).unsqueeze(-1), value=-1.0)
+            dp.addcmul_(a.unsqueeze(-1), uf).addcmul_(h, c.unsqueeze(-1)).addcmul_(gap, (c * ratio).unsqueeze(-1), value=-1.0)
             flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
             du = a.reshape(-1) @ flat(h) - (a * ratio).reshape(-1) @ flat(gap)  # sum over tokens of a p
             dout = dh * keep.unsqueeze(-1)

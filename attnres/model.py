@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnres.config import ModelConfig
-from attnres.depth import DepthMixer, Recorder, build_mixer
+from attnres.depth import AttnRes, DepthMixer, Recorder, build_mixer
 
 
 class RMSNorm(nn.Module):
@@ -161,3 +161,21 @@ class AttnResLM(nn.Module):
         if recorder is not None:
             recorder.final_rms = recorder.rms(h)
         return self.lm_head(self.final_norm(h))
+
+
+def compile_model(model: AttnResLM, fuse_depth: bool) -> nn.Module:
+    """``runtime.compile``: torch.compile what can be compiled, in place where possible.
+
+    Baseline and ablation mixers: the whole model. Full / Block AttnRes: every sublayer, and with
+    ``fuse_depth`` the depth attention's element-wise work through the fused kernels of
+    :mod:`attnres.depth_kernels`. The hand-written autograd functions around them stay eager, because
+    tracing through them loses gradients (their backward accumulates into buffers that the compiled graph
+    does not see). Training fuses on GPU only: on CPU the depth work is bound by memory traffic and the fused
+    kernels measured no faster than the eager ones (slower for Full AttnRes; README, Performance).
+    """
+    if isinstance(model.depth, AttnRes):
+        model.depth.fused = fuse_depth
+        for sublayer in model.sublayers:
+            sublayer.compile()
+        return model
+    return torch.compile(model)

@@ -131,6 +131,7 @@ def _fit(
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from attnres.lit import LitLM
+    from attnres.model import compile_model
     from attnres.runlog import RunLogger, RunRow
     from attnres.system import pin_malloc
 
@@ -148,7 +149,7 @@ def _fit(
 
     lit = LitLM(cfg, corpus, budget.steps)
     if rt.compile:
-        lit.model = torch.compile(lit.model)
+        lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
     run_row = RunRow(cfg, budget, device=device, precision=precision)
     logger = RunLogger(run_dir, run_row)

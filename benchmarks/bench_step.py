@@ -2,13 +2,15 @@
 
     python benchmarks/bench_step.py                       # CPU, fp32, 2 threads, the README's table
     python benchmarks/bench_step.py --device cuda --dtype bf16 --sizes 1024x16 --variants baseline,block8
+    python benchmarks/bench_step.py --compile             # every variant as runtime.compile=true trains it
 
 Every repeat times one training step (forward + backward + AdamW) of every variant in turn, rotating the
 order, and the ratio to the baseline is taken within each repeat before the median: shared machines drift,
 so only ratios measured side by side mean anything. Peak memory is measured in a separate pass: on CUDA
 ``torch.cuda.max_memory_allocated``; on CPU the bytes of parameters, gradients and optimizer state plus the
 peak of the step's allocations as recorded by the PyTorch profiler. ``depth ms`` times the depth mixing
-alone (forward + backward of the mixer, with each sublayer replaced by a cheap element-wise stand-in).
+alone (forward + backward of the mixer, with each sublayer replaced by a cheap element-wise stand-in; with
+``--compile`` on CUDA or with ``--fused-depth``, through the fused kernels of ``attnres.depth_kernels``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch.nn.functional as F
 
 from attnres.config import ModelConfig
 from attnres.depth import build_mixer
-from attnres.model import AttnResLM
+from attnres.model import AttnResLM, compile_model
 from attnres.system import pin_malloc
 
 
@@ -91,9 +93,9 @@ def peak_bytes(runner: Runner, device: torch.device) -> int:
     return resident_bytes(runner) + peak
 
 
-def depth_only_time(cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype) -> callable:
+def depth_only_time(cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype, fused: bool) -> callable:
     """Forward + backward of the depth mixer alone; sublayer l is the stand-in ``v = h * c_l``."""
-    mixer = build_mixer(cfg).to(device)
+    mixer = build_mixer(cfg, fused=fused).to(device)
     scales = torch.linspace(0.5, 1.5, cfg.n_sublayers, device=device)
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype, requires_grad=True)
 
@@ -118,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="baseline,full,block2,block4,block8")
     parser.add_argument("--repeats", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="torch.compile every variant as runtime.compile=true")
+    parser.add_argument(
+        "--fused-depth", action="store_true", help="the fused depth kernels (attnres.depth_kernels) on any device"
+    )
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
 
@@ -132,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     print(
         f"device={device.type} dtype={args.dtype} threads={torch.get_num_threads()} batch={args.batch} "
-        f"seq_len={args.seq_len} repeats={args.repeats} torch={torch.__version__}"
+        f"seq_len={args.seq_len} repeats={args.repeats} compile={args.compile} fused_depth={args.fused_depth} "
+        f"torch={torch.__version__}"
     )
     for size in args.sizes.split(","):
         d_model, n_layer = (int(v) for v in size.lower().split("x"))
@@ -140,14 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         tokens = torch.randint(0, 256, (args.batch, args.seq_len + 1), device=device)
         runners, depth_runs = [], []
+        # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
+        fused = args.fused_depth or (args.compile and device.type == "cuda")
         for name in variants:
             cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
             torch.manual_seed(0)
             model = AttnResLM(cfg).to(device)
+            if args.compile:  # as runtime.compile=true trains: see attnres.model.compile_model
+                model = compile_model(model, fuse_depth=fused)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             runners.append(Runner(name, model, opt, tokens, autocast))
             dtype = torch.bfloat16 if autocast else torch.float32
-            depth_runs.append(depth_only_time(cfg, args.batch, device, dtype))
+            depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused=fused))
         for runner, depth in zip(runners, depth_runs):
             for _ in range(args.warmup):
                 runner.step()

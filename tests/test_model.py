@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnres import AttnResLM, ModelConfig, Recorder
+from attnres import AttnResLM, ModelConfig, Recorder, depth_kernels
 from attnres.config import ConfigError
 from attnres.counting import count_flops, count_params, depth_sources
 
@@ -166,11 +166,15 @@ def test_causality(residual, n_blocks):
 
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
 @pytest.mark.parametrize("scale", [1.0, 30.0])
-def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale):
-    """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1)."""
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale, fused):
+    """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1). ``fused``:
+    the element-wise work through the torch.compile'd kernels of attnres.depth_kernels (what runtime.compile
+    uses on GPU; compiled for CPU here)."""
     torch.manual_seed(0)
     cfg = small(residual, n_blocks)
     fast = randomize_depth(AttnResLM(cfg), scale=scale)
+    fast.depth.fused = fused
     ref = AttnResLM(cfg, reference_depth=True)
     ref.load_state_dict(fast.state_dict())
     x = tokens(cfg)
@@ -180,28 +184,34 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
         logits = model(x)
         F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
         outs.append(logits)
+    assert depth_kernels.available()  # the fused case really ran compiled kernels
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_two_phase_matches_the_reference_in_float64_to_rounding():
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_two_phase_matches_the_reference_in_float64_to_rounding(fused):
     torch.manual_seed(0)
     cfg = small("block", 3)
     fast = randomize_depth(AttnResLM(cfg)).double()
+    fast.depth.fused = fused
     ref = AttnResLM(cfg, reference_depth=True).double()
     ref.load_state_dict(fast.state_dict())
     x = tokens(cfg)
     for model in (fast, ref):
         model(x).square().mean().backward()
+    assert depth_kernels.available()  # the fused case really ran compiled kernels
     for p, q in zip(fast.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
-def test_depth_softmax_runs_in_fp32_under_bf16_autocast():
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused):
     torch.manual_seed(0)
     cfg = small("block", 3)
     model = randomize_depth(AttnResLM(cfg))
+    model.depth.fused = fused
     rec = Recorder()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(tokens(cfg), recorder=rec)
@@ -328,3 +338,24 @@ def test_n_blocks_is_only_checked_for_block_attnres():
 def test_torch_free_modules_do_not_import_torch():
     code = "import sys, attnres.config, attnres.counting, attnres.schema; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fused_kernels_fall_back_to_eager_with_one_warning(monkeypatch):
+    """No C++ compiler / Triton: the first failing compile is reported once and the math still runs."""
+
+    def cannot_compile(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", cannot_compile)
+    monkeypatch.setattr(depth_kernels, "_failure", None)
+    kernel = depth_kernels._fused(depth_kernels.merge_forward)
+    out, p, lse, u = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5), torch.randn(4)
+    with pytest.warns(RuntimeWarning, match="InvalidCxxCompiler: No working C.. compiler found\\);") as caught:
+        h, keep, _, _ = kernel(out, p, u, lse, 1e-6)
+        kernel(out, p, u, lse, 1e-6)
+    assert len(caught) == 1 and "runtime.compile" in str(caught[0].message)
+    assert not depth_kernels.available()  # the autograd functions now take their hand-written eager path
+    torch.testing.assert_close(h, torch.lerp(p, out, keep.unsqueeze(-1)))

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
-from attnres import schema
+from attnres import AttnResLM, schema
 from attnres.config import ConfigError, resolve_run_config
 from attnres.train import train
 from tests.conftest import TINY
@@ -193,7 +194,16 @@ def test_config_file_and_override_precedence(tmp_path):
     assert cfg.model.n_head == 4  # the default
 
 
-def test_compile_is_refused_for_the_hand_written_depth_attention():
-    with pytest.raises(ConfigError, match="runtime.compile"):
-        resolve_run_config(None, ["model.residual=block", "runtime.compile=true"])
-    resolve_run_config(None, ["model.residual=baseline", "runtime.compile=true"])
+def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
+    """runtime.compile=true for Block AttnRes (compiled sublayers; on CPU the depth stays eager): the same
+    losses to rounding, and a checkpoint that the eager model loads (the parameter names do not change)."""
+    args = TINY + ["model.residual=block", "model.n_blocks=2", "train.tokens=20000"]
+    losses = {}
+    for compiled in (False, True):
+        cfg = resolve_run_config(None, args + [f"runtime.compile={str(compiled).lower()}"])
+        assert train(cfg, tmp_path / str(compiled), progress=False).status == "done"
+        losses[compiled] = pd.read_parquet(tmp_path / str(compiled) / schema.METRICS_FILE).loss.to_numpy()
+    assert len(losses[True]) == len(losses[False]) > 2
+    np.testing.assert_allclose(losses[True], losses[False], rtol=0, atol=1e-4)
+    state = torch.load(tmp_path / "True" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert {k.removeprefix("model.") for k in state} == set(AttnResLM(cfg.model).state_dict())
