@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
+
+# torch.compile on CPU builds C++ kernels; a laptop without a compiler skips those tests (CI has gcc).
+needs_cxx = pytest.mark.skipif(
+    not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")),
+    reason="torch.compile on CPU needs a C++ compiler (g++ or clang++, or $CXX)",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnres import AttnResLM, ModelConfig, Recorder, depth_kernels
 from attnres.config import ConfigError
 from attnres.counting import count_flops, count_params, depth_sources
+from tests.conftest import needs_cxx
 
 VARIANTS = [("baseline", 1), ("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)]
 
@@ -166,7 +167,7 @@ def test_causality(residual, n_blocks):
 
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
 @pytest.mark.parametrize("scale", [1.0, 30.0])
-@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
 def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale, fused):
     """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1). ``fused``:
     the element-wise work through the torch.compile'd kernels of attnres.depth_kernels (what runtime.compile
@@ -190,7 +191,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
 def test_two_phase_matches_the_reference_in_float64_to_rounding(fused):
     torch.manual_seed(0)
     cfg = small("block", 3)
@@ -206,7 +207,7 @@ def test_two_phase_matches_the_reference_in_float64_to_rounding(fused):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
 def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused):
     torch.manual_seed(0)
     cfg = small("block", 3)

@@ -18,7 +18,7 @@ import torch
 from attnres import AttnResLM, schema
 from attnres.config import ConfigError, resolve_run_config
 from attnres.train import train
-from tests.conftest import TINY
+from tests.conftest import TINY, needs_cxx
 
 ATTNRES = [sys.executable, "-m", "attnres.cli"]
 
@@ -194,6 +194,7 @@ def test_config_file_and_override_precedence(tmp_path):
     assert cfg.model.n_head == 4  # the default
 
 
+@needs_cxx
 def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
     """runtime.compile=true for Block AttnRes (compiled sublayers; on CPU the depth stays eager): the same
     losses to rounding, and a checkpoint that the eager model loads (the parameter names do not change)."""
