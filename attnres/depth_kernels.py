@@ -11,10 +11,9 @@ in torch.compile's automatic-dynamic mode: a kernel is first built for the shape
 that later changes (the number of completed slots k, N at evaluation) becomes symbolic at one recompile. The
 width D never changes, and it must stay static: with a symbolic D the CPU kernels are not vectorised and run
 no faster than eager. Inductor caches the kernels on disk, so later runs on the machine skip most of the
-compile. If it cannot happen (no C++ compiler, no Triton), the
-first failure is reported once as a warning and the hand-written eager path of
-:mod:`attnres.depth_autograd` is used from then on; the call that failed is computed eagerly by the same
-function, so nothing is lost. The results agree with the eager path to rounding (the tests hold both to the
+compile. Where compiling fails (no C++ compiler, no Triton), the first failure is reported once as a warning
+and the hand-written eager path of :mod:`attnres.depth_autograd` is used from then on; the call that failed is
+computed eagerly by the same function, so nothing is lost. The results agree with the eager path to rounding (the tests hold both to the
 direct formula at 1e-5).
 
 What it buys is measured by ``benchmarks/bench_step.py --fused-depth``. On CPU the depth attention is bound
@@ -87,7 +86,7 @@ def available() -> bool:
 _RECOMPILE_LIMIT = 64
 
 
-def _fused(fn: Callable) -> Callable:
+def _compiled_or_eager(fn: Callable) -> Callable:
     compiled = torch.compile(fn, dynamic=None, fullgraph=True)
 
     @functools.wraps(fn)
@@ -112,7 +111,7 @@ def _fused(fn: Callable) -> Callable:
     return call
 
 
-fused_phase1_forward = _fused(phase1_forward)
-fused_phase1_backward = _fused(phase1_backward)
-fused_merge_forward = _fused(merge_forward)
-fused_merge_backward = _fused(merge_backward)
+fused_phase1_forward = _compiled_or_eager(phase1_forward)
+fused_phase1_backward = _compiled_or_eager(phase1_backward)
+fused_merge_forward = _compiled_or_eager(merge_forward)
+fused_merge_backward = _compiled_or_eager(merge_backward)

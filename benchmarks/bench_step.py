@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from attnres.config import ModelConfig
-from attnres.depth import build_mixer
+from attnres.depth import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
 from attnres.system import pin_malloc
 
@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             model = AttnResLM(cfg).to(device)
             if args.compile:  # as runtime.compile=true trains: see attnres.model.compile_model
                 model = compile_model(model, fuse_depth=fused)
+            elif isinstance(model.depth, AttnRes):
+                model.depth.fused = fused
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             runners.append(Runner(name, model, opt, tokens, autocast))
             dtype = torch.bfloat16 if autocast else torch.float32

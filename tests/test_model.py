@@ -352,7 +352,7 @@ def test_fused_kernels_fall_back_to_eager_with_one_warning(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", cannot_compile)
     monkeypatch.setattr(depth_kernels, "_failure", None)
-    kernel = depth_kernels._fused(depth_kernels.merge_forward)
+    kernel = depth_kernels._compiled_or_eager(depth_kernels.merge_forward)
     out, p, lse, u = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5), torch.randn(4)
     with pytest.warns(RuntimeWarning, match="InvalidCxxCompiler: No working C.. compiler found\\);") as caught:
         h, keep, _, _ = kernel(out, p, u, lse, 1e-6)
