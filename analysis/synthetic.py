@@ -419,4 +419,4 @@ def write_synthetic_results(
 def _row_from(path: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    return pq.read_table(path / RUN_FILE).to_pylist()[0]
+    return pq.ParquetFile(path / RUN_FILE).read(use_threads=False).to_pylist()[0]  # see attnres.schema.read_table

@@ -170,9 +170,12 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
     schema = schema or SCHEMAS.get(path.name)
     # One open file, read whole: pyarrow's path reader takes the size from a stat and the bytes from a later
     # open, so a reader racing a writer's atomic rename mixes the old file's length with the new file's bytes
-    # ("Couldn't deserialize thrift"). A file descriptor pins one version of the file.
+    # ("Couldn't deserialize thrift"). A file descriptor pins one version of the file. ParquetFile without
+    # threads, not read_table: read_table's dataset scanner can leave pool threads running at interpreter
+    # exit, which aborts the process ("terminate called without an active exception"; apache/arrow#39862),
+    # and these files are small.
     with open(path, "rb") as f:
-        table = pq.read_table(pa.BufferReader(f.read()))
+        table = pq.ParquetFile(pa.BufferReader(f.read())).read(use_threads=False)
     meta = table.schema.metadata or {}
     version = meta.get(b"schema_version", b"?").decode()
     if version != str(SCHEMA_VERSION):
