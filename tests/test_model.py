@@ -165,10 +165,27 @@ def test_causality(residual, n_blocks):
     assert (a[:, t:] - b[:, t:]).abs().max() > 0
 
 
+@pytest.fixture
+def kernel_calls(monkeypatch) -> set[str]:
+    """Names of the fused depth kernels that ran compiled (attnres.depth_kernels), filled as the test runs."""
+    calls: set[str] = set()
+    for name in ("phase1_forward", "phase1_backward", "merge_forward", "merge_backward"):
+        kernel = getattr(depth_kernels, f"fused_{name}")
+
+        def spy(*args, _kernel=kernel, _name=name):
+            out = _kernel(*args)
+            if depth_kernels.available():  # compiled, not fallen back to eager
+                calls.add(_name)
+            return out
+
+        monkeypatch.setattr(depth_kernels, f"fused_{name}", spy)
+    return calls
+
+
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
 @pytest.mark.parametrize("scale", [1.0, 30.0])
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
-def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale, fused):
+def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale, fused, kernel_calls):
     """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1). ``fused``:
     the element-wise work through the torch.compile'd kernels of attnres.depth_kernels (what runtime.compile
     uses on GPU; compiled for CPU here)."""
@@ -185,14 +202,16 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
         logits = model(x)
         F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
         outs.append(logits)
-    assert depth_kernels.available()  # the fused case really ran compiled kernels
+    merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
+    expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
+    assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
-def test_two_phase_matches_the_reference_in_float64_to_rounding(fused):
+def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_calls):
     torch.manual_seed(0)
     cfg = small("block", 3)
     fast = randomize_depth(AttnResLM(cfg)).double()
@@ -202,13 +221,13 @@ def test_two_phase_matches_the_reference_in_float64_to_rounding(fused):
     x = tokens(cfg)
     for model in (fast, ref):
         model(x).square().mean().backward()
-    assert depth_kernels.available()  # the fused case really ran compiled kernels
+    assert len(kernel_calls) == (4 if fused else 0)
     for p, q in zip(fast.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
-def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused):
+def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
     torch.manual_seed(0)
     cfg = small("block", 3)
     model = randomize_depth(AttnResLM(cfg))
@@ -218,6 +237,7 @@ def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused):
         logits = model(tokens(cfg), recorder=rec)
         logits.float().mean().backward()
     assert torch.isfinite(model.depth.pseudo_query.grad).all()
+    assert len(kernel_calls) == (4 if fused else 0)
     for weights in rec.depth_weights.values():
         assert weights.dtype == torch.float32
         assert abs(weights.sum().item() - 1) < 1e-5
