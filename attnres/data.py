@@ -165,7 +165,6 @@ class TrainBatches:
             yield batch
 
 
-
 def val_windows(tokens: np.ndarray, seq_len: int, max_tokens: int) -> np.ndarray:
     """The fixed validation set: consecutive windows of seq_len + 1 tokens (stride seq_len), up to max_tokens."""
     n = min((len(tokens) - 1) // seq_len, max(1, max_tokens // seq_len))

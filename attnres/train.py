@@ -19,6 +19,7 @@ from attnres.budget import Budget, run_budget
 from attnres.config import ConfigError, RunConfig, dump_yaml, from_dict, load_yaml
 from attnres.data import Corpus, check_run_data, load_corpus
 
+
 class RunBusy(RuntimeError):
     """Another process holds this run folder's lock (it is training the run right now)."""
 
