@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         pin_malloc()
     autocast = args.dtype == "bf16"
+    # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
+    fused = args.fused_depth or (args.compile and device.type == "cuda")
     variants = args.variants.split(",")
     if variants[0] != "baseline":
         parser.error("--variants must start with baseline (ratios are to the baseline)")
@@ -147,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         tokens = torch.randint(0, 256, (args.batch, args.seq_len + 1), device=device)
         runners, depth_runs = [], []
-        # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
-        fused = args.fused_depth or (args.compile and device.type == "cuda")
         for name in variants:
             cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
             torch.manual_seed(0)

@@ -137,6 +137,9 @@ def budget_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+_SHAPE = ["n_layer", "d_model", "tokens"]  # one model size at one budget
+
+
 def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", baseline: str = "baseline") -> pd.DataFrame:
     """Like the paper's Table 2: one row per (n_layer, d_model, tokens) with finished runs; columns n_layer,
     d_model, params (non-embedding), tokens, training FLOPs and lr (the baseline's, else the first variant's),
@@ -148,11 +151,11 @@ def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: s
     points = select(runs, select_method)
     if points.empty:
         raise MissingData("no finished runs")
-    shapes = points.groupby("curve")[["n_layer", "d_model", "tokens"]].apply(lambda g: len(g.drop_duplicates()))
+    shapes = points.groupby("curve")[_SHAPE].apply(lambda g: len(g.drop_duplicates()))
     curves = [c for c in curve_order(points["curve"].unique()) if is_main_variant(c) or shapes.get(c, 0) > 1]
     names = {c: variant_label(c, n_blocks_of(points, c)) for c in curves}
     rows = []
-    for (n_layer, d_model, tokens), g in points.groupby(["n_layer", "d_model", "tokens"], sort=True):
+    for (n_layer, d_model, tokens), g in points.groupby(_SHAPE, sort=True):
         g = g[g["curve"].isin(curves)]
         if g.empty:
             continue
@@ -170,9 +173,6 @@ def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: s
     table.attrs["loss_columns"] = [names[c] for c in curves]
     table.attrs["sweep"] = sweep
     return table
-
-
-_SHAPE = ["n_layer", "d_model", "tokens"]
 
 
 def _lr_swept_runs(runs: pd.DataFrame, sweep: str | None) -> tuple[pd.DataFrame, str]:
