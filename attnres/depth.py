@@ -170,14 +170,14 @@ class AttnRes(_AttnResBase):
             embedding, slots=len(self.starts) + 1, queries=self.n_sublayers + 1, eps=self.eps, fused=self.fused
         )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
-        state.tokens = [Deposit.apply(embedding, state.u, state.bufs, 0)]
+        state.tokens = [Deposit.apply(embedding, state.u, state.bufs, 0, 0)]
         return state
 
     def write(self, state: DepthState, layer: int, output: Tensor) -> None:
         block = self.block_of[layer]
         state.partial = output if layer == self.starts[block] else state.partial + output
         if layer + 1 == self.ends[block]:  # the block is complete: its sum becomes slot block + 1
-            state.tokens.append(Deposit.apply(state.partial, state.u, state.bufs, block + 1))
+            state.tokens.append(Deposit.apply(state.partial, state.u, state.bufs, block + 1, layer + 1))
             state.partial = None
 
     def _phase1(self, state: DepthState, first: int, last: int) -> tuple[Tensor, Tensor, list[Tensor]]:
@@ -194,7 +194,7 @@ class AttnRes(_AttnResBase):
             return state.phase1[2][0]
         # phase 2: merge this block's partial sum with phase 1 by the online-softmax rule
         lse, weights, outs = state.phase1
-        h, keep = Merge.apply(outs[i], lse[i], state.partial, state.u[layer], weights[i], state.bufs)
+        h, keep = Merge.apply(outs[i], lse[i], state.partial, state.u[layer], weights[i], state.bufs, layer)
         if state.recorder is not None:
             merged = torch.cat([weights[i] * keep, (1 - keep).unsqueeze(0)])  # (k + 1, B, T)
             self._record(state.recorder, layer, merged, "partial")

@@ -2,17 +2,19 @@
 
 Plain autograd would keep a copy of every intermediate (stacked sources, phase-1 outputs, normalised keys)
 for the backward pass and would accumulate each source's gradient one consumer at a time. These functions
-instead keep the completed sources in one preallocated buffer per forward pass, save only small tensors
-(softmax weights, per-token scalars) and recompute the rest in backward from the buffer:
+instead keep the completed sources in one preallocated buffer per forward pass, save only the softmax
+weights, per-token scalars and each merge's partial sum, and recompute the rest in backward from the buffer:
 
 * :class:`Deposit` writes a completed source into its buffer slot and computes its logits against every
-  query at once (``w_q . RMSNorm_q(b) = (b @ (w_q * g_q)) / rms(b)``: the key norm's gain folds into the
-  query). Its backward returns the gradient accumulated for that slot by every reader, plus the key-norm
-  path. Readers take the slot's 0-size ``token`` as an input, so autograd runs every reader's backward
-  before the deposit's.
+  query that will read it (``w_q . RMSNorm_q(b) = (b @ (w_q * g_q)) / rms(b)``: the key norm's gain folds
+  into the query). Its backward returns the gradient accumulated for that slot by every reader, plus the
+  key-norm path. Readers take the slot's 0-size ``token`` as an input, so autograd runs every reader's
+  backward before the deposit's.
 * :class:`Phase1` attends the S queries of a block to the k completed slots at once.
 * :class:`Merge` is phase 2: one query against the block's partial sum ``p``, merged with phase 1 by the
   online-softmax rule, which for two groups is ``h = p + keep * (o - p)``, ``keep = sigmoid(lse - logit_p)``.
+  Its backward also does that query's share of phase 1's backward, so phase 1's backward only handles the
+  block's first sublayer.
 
 Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous: values (M, B, T, D),
 logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
@@ -26,6 +28,7 @@ length, k completed slots.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -48,17 +51,45 @@ class Buffers:
         self.inv_rms = like.new_empty(slots, b, t, dtype=dtype)  # (M, B, T)
         self.value_grad: Tensor | None = None
         self.logit_grad: Tensor | None = None
+        self._unwritten: set[int] = set()  # slots whose value gradient holds no value yet
 
     def grads(self) -> tuple[Tensor, Tensor]:
-        """Gradient accumulators, allocated on first use in backward (never in an inference forward)."""
+        """Gradient accumulators, allocated on first use in backward (never in an inference forward).
+
+        The value gradient is not zero-filled: the first reader to run backward writes each slot (usually
+        the final aggregation, which reads them all), later ones add; see :meth:`add_value_grad`.
+        """
         if self.value_grad is None:
-            self.value_grad = torch.zeros_like(self.values)
+            self.value_grad = torch.empty_like(self.values)
             self.logit_grad = torch.zeros_like(self.logits)
+            self._unwritten = set(range(self.values.shape[0]))
         return self.value_grad, self.logit_grad
+
+    def add_value_grad(self, slot: int, grad: Tensor, weight: Tensor) -> None:
+        """``value_grad[slot] += weight[..., None] * grad``, weight (B, T), grad (B, T, D)."""
+        if slot in self._unwritten:
+            torch.mul(grad, weight.unsqueeze(-1), out=self.value_grad[slot])
+            self._unwritten.discard(slot)
+        else:
+            self.value_grad[slot].addcmul_(grad, weight.unsqueeze(-1))
+
+    def written_value_grad(self, slots: int) -> Tensor:
+        """``value_grad[:slots]``, zero-filled where no reader wrote yet (for kernels that only add)."""
+        for slot in sorted(self._unwritten & set(range(slots))):
+            self.value_grad[slot].zero_()
+            self._unwritten.discard(slot)
+        return self.value_grad[:slots]
+
+    def value_grad_of(self, slot: int) -> Tensor | None:
+        """What the readers of ``slot`` sent back, or None if none of them did."""
+        return None if slot in self._unwritten else self.value_grad[slot]
 
 
 def _no_autocast(x: Tensor) -> Any:
-    return torch.autocast(device_type=x.device.type, enabled=False)
+    """Autocast off for the depth attention's fp32 work (a no-op context when it is off already: cheaper)."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.autocast(device_type=x.device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _inv_rms(x: Tensor, eps: float) -> Tensor:
@@ -87,43 +118,56 @@ def _dots(values: Tensor, k: int, grad: Tensor) -> Tensor:
 
 
 class Deposit(Function):
-    """Store source ``value`` (B,T,D) in ``slot`` with its logits against all queries ``u`` (Q,D)."""
+    """Store source ``value`` (B,T,D) in ``slot`` with its logits against the queries ``u[first:]`` (Q,D).
+
+    ``first`` is the first query that reads the slot (0 for the embedding, the next block's first sublayer
+    for a block summary): the logits of earlier queries are never read, so they are neither computed nor
+    differentiated (for Block N = 4 that halves the depth attention's (Q, D) x (D, B*T) products).
+    """
 
     @staticmethod
-    def forward(ctx: Any, value: Tensor, u: Tensor, bufs: Buffers, slot: int) -> Tensor:
+    def forward(ctx: Any, value: Tensor, u: Tensor, bufs: Buffers, slot: int, first: int) -> Tensor:
         with _no_autocast(value):
             x = bufs.values[slot]
             x.copy_(value)
             r = bufs.inv_rms[slot]
             r.copy_(_inv_rms(x, bufs.eps))
-            logits = bufs.logits[slot]  # (Q, B, T)
-            torch.mm(u.to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
+            logits = bufs.logits[slot, first:]  # (Q - first, B, T)
+            torch.mm(u[first:].to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
             logits.mul_(r)
-        ctx.bufs, ctx.slot = bufs, slot
+        ctx.bufs, ctx.slot, ctx.first = bufs, slot, first
         ctx.save_for_backward(u)
         return value.new_empty(0)
 
     @staticmethod
     def backward(ctx: Any, _token_grad: Tensor) -> tuple[Tensor | None, ...]:
-        bufs, slot = ctx.bufs, ctx.slot
+        bufs, slot, first = ctx.bufs, ctx.slot, ctx.first
         (u,) = ctx.saved_tensors
         if bufs.value_grad is None:  # no reader needed a gradient
-            return None, None, None, None
+            return None, None, None, None, None
         with _no_autocast(u):
             x = bufs.values[slot]  # (B, T, D)
             r = bufs.inv_rms[slot]  # (B, T)
-            dzr = bufs.logit_grad[slot] * r  # (Q, B, T)
+            uq = u[first:].to(x.dtype)
+            dzr = bufs.logit_grad[slot, first:] * r  # (Q - first, B, T)
             # z_q = r (x . u_q) and dr/dx = -r^3 x / D, so dx = r dz @ U - (r^2 / D) (dz . z) x
-            coef = (dzr * bufs.logits[slot]).sum(0).mul_(r).div_(-x.shape[-1])  # (B, T)
-            flat = dzr.reshape(dzr.shape[0], -1)  # (Q, B*T)
-            dx = (flat.T @ u.to(x.dtype)).view_as(x)
-            dx.addcmul_(x, coef.unsqueeze(-1)).add_(bufs.value_grad[slot])
-            du = flat @ x.reshape(-1, x.shape[-1])  # (Q, D)
-        return dx, du.to(u.dtype), None, None
+            coef = (dzr * bufs.logits[slot, first:]).sum(0).mul_(r).div_(-x.shape[-1])  # (B, T)
+            flat = dzr.reshape(dzr.shape[0], -1)  # (Q - first, B*T)
+            readers = bufs.value_grad_of(slot)
+            dx = flat.T @ uq if readers is None else torch.addmm(readers.view(-1, x.shape[-1]), flat.T, uq)
+            dx = dx.view_as(x)  # the readers' gradient + r dz @ U
+            dx.addcmul_(x, coef.unsqueeze(-1))
+            du = torch.zeros_like(u)
+            du[first:] = flat @ x.reshape(-1, x.shape[-1])  # (Q - first, D)
+        return dx, du, None, None, None
 
 
 class Phase1(Function):
-    """Queries q0..q1-1 against slots 0..k-1: lse (S,B,T), weights (S,k,B,T) and S outputs (B,T,D)."""
+    """Queries q0..q1-1 against slots 0..k-1: lse (S,B,T), weights (S,k,B,T) and S outputs (B,T,D).
+
+    Only the block's first sublayer sends a gradient back through its output: each later query's share
+    of the slots' gradients is computed by its :class:`Merge`, where that query's gradient is at hand.
+    """
 
     @staticmethod
     def forward(ctx: Any, bufs: Buffers, k: int, q0: int, q1: int, *tokens: Tensor) -> tuple[Tensor, ...]:
@@ -140,30 +184,32 @@ class Phase1(Function):
                 weights = (scores - lse.unsqueeze(1)).exp_()  # (S, k, B, T)
                 # one allocation per query: a sublayer's norm saves its input, which must not pin the others
                 outs = [_weighted_sum(w, bufs.values, torch.empty_like(bufs.values[0])) for w in weights]
-        ctx.bufs, ctx.k, ctx.q0, ctx.q1 = bufs, k, q0, q1
+        ctx.bufs, ctx.k, ctx.q0 = bufs, k, q0
         ctx.save_for_backward(weights)
-        ctx.mark_non_differentiable(weights)
+        # a merge differentiates its lse and its out itself (in _slot_grads), so only out[0] sends a gradient
+        ctx.mark_non_differentiable(lse, weights)
+        ctx.set_materialize_grads(False)  # the outputs that get no gradient arrive as None, not as zeros
         return (lse, weights, *outs)
 
     @staticmethod
-    def backward(ctx: Any, dlse: Tensor, _dweights: Tensor, *douts: Tensor) -> tuple[None, ...]:
-        bufs, k, q0, q1 = ctx.bufs, ctx.k, ctx.q0, ctx.q1
+    def backward(ctx: Any, _dlse: None, _dweights: None, *douts: Tensor | None) -> tuple[None, ...]:
+        bufs, k, q0 = ctx.bufs, ctx.k, ctx.q0
         (weights,) = ctx.saved_tensors
-        value_grad, logit_grad = bufs.grads()
+        bufs.grads()
+        present = [s for s, dout in enumerate(douts) if dout is not None]
         with _no_autocast(weights):
-            if _fused(bufs):
+            if present and _fused(bufs):
                 dlogits = depth_kernels.fused_phase1_backward(
-                    weights.flatten(2), bufs.values[:k].flatten(1, 2), dlse.flatten(1), value_grad[:k].flatten(1, 2),
-                    *(dout.flatten(0, 1) for dout in douts),
-                ).view_as(weights)
+                    weights[present].flatten(2), bufs.values[:k].flatten(1, 2),
+                    torch.zeros_like(weights[present, 0]).flatten(1), bufs.written_value_grad(k).flatten(1, 2),
+                    *(douts[s].flatten(0, 1) for s in present),
+                )
+                for i, s in enumerate(present):
+                    bufs.logit_grad[:k, q0 + s] += dlogits[i].view_as(weights[s])
             else:
-                dots = torch.stack([_dots(bufs.values, k, dout) for dout in douts])  # (S, k, B, T)
-                mean = (weights * dots).sum(dim=1, keepdim=True)  # (S, 1, B, T)
-                dlogits = weights * (dots - mean + dlse.unsqueeze(1))
-                for s, dout in enumerate(douts):
-                    for j in range(k):
-                        value_grad[j].addcmul_(dout, weights[s, j].unsqueeze(-1))
-            logit_grad[:k, q0:q1] += dlogits.transpose(0, 1)
+                for s in present:
+                    dots = _dots(bufs.values, k, douts[s])  # (k, B, T): <v_j, dout>
+                    _slot_grads(bufs, q0 + s, weights[s], douts[s], dots, 1.0, None)
         return (None,) * len(ctx.needs_input_grad)
 
 
@@ -171,22 +217,40 @@ def _fused(bufs: Buffers) -> bool:
     return bufs.fused and depth_kernels.available()
 
 
+def _slot_grads(
+    bufs: Buffers, query: int, weights: Tensor, grad: Tensor, dots: Tensor, scale: Tensor | float,
+    dscore: Tensor | None,
+) -> None:
+    """The completed slots' share of the backward of one query (eager).
+
+    The query's phase-1 output is ``out = sum_j weights[j] v_j``, weights (k, B, T) the softmax of its
+    logits; the gradient of out is ``scale * grad`` (``scale`` (B, T) is a merge's keep, 1 for a block's
+    first sublayer), ``dots[j] = <v_j, grad>`` and ``dscore`` (B, T) is the gradient of its log-sum-exp (a
+    merge's score). Adds ``scale * weights[j] * grad`` to ``value_grad[j]`` and the softmax's backward to the
+    logits' gradient.
+    """
+    dlogits = (dots - (weights * dots).sum(0)).mul_(scale)
+    if dscore is not None:
+        dlogits += dscore
+    bufs.logit_grad[: weights.shape[0], query] += dlogits.mul_(weights)
+    for j in range(weights.shape[0]):
+        bufs.add_value_grad(j, grad, weights[j] * scale)
+
+
 class Merge(Function):
     """Phase 2 for query ``u`` (D,): ``h = p + keep * (out - p)``, ``keep = sigmoid(lse - r_p * (p . u))``.
 
-    Neither ``out`` nor ``p`` is saved, only ``h`` (the sublayer's PreNorm keeps it anyway): ``out`` is
-    recomputed from this query's phase-1 ``weights`` (k, B, T) and the value buffer, and
-    ``p = h - keep / (1 - keep) * (out - h)``. That division amplifies the rounding of h (and of the
-    recomputed out, which the fused kernels need not reproduce bit for bit) when keep is near 1, but every
-    term of the backward that uses p carries a factor ``out - h = (1 - keep)(out - p)``, so the gradient's
-    error stays at the rounding level of the forward (the tests compare with the direct formula to 1e-5).
-    Saving p or out instead would cost one (B, T, D) tensor per sublayer: about 4.5 % of the peak memory
-    of a Block N = 4 step, for 2-3 ms of its 600 (measured).
+    The backward also does this query's share of phase 1's backward (:func:`_slot_grads`, with ``dout = keep
+    dh``), so the gradient of ``out`` is never materialised and ``out`` need not be kept: ``<dh, out>`` comes
+    from the dot products with the slots that phase 1's backward needs anyway. It saves the partial sum ``p``,
+    one (B, T, D) tensor per merge (Block N = 4: peak memory 1.036 -> 1.086 of the baseline's). Rebuilding
+    ``p`` from ``h`` and a recomputed ``out`` instead costs k + 5 more passes over (B, T, D) tensors per merge:
+    saving it took Block N = 4's depth mixing from 33.1 to 29.7 ms (``benchmarks/bench_step.py``, depth only).
     """
 
     @staticmethod
     def forward(
-        ctx: Any, out: Tensor, lse: Tensor, p: Tensor, u: Tensor, weights: Tensor, bufs: Buffers
+        ctx: Any, out: Tensor, lse: Tensor, p: Tensor, u: Tensor, weights: Tensor, bufs: Buffers, query: int
     ) -> tuple[Tensor, Tensor]:
         with _no_autocast(p):
             pf, uf = p.to(out.dtype), u.to(out.dtype)
@@ -200,36 +264,36 @@ class Merge(Function):
                 logit = (pf @ uf).mul_(r)  # (B, T)
                 keep = torch.sigmoid(lse - logit)  # weight of the completed blocks, (B, T)
                 h = torch.lerp(pf, out, keep.unsqueeze(-1))
-        ctx.bufs, ctx.p_dtype = bufs, p.dtype
-        ctx.save_for_backward(h, u, weights, r, logit, keep)
+        ctx.bufs, ctx.query = bufs, query
+        ctx.save_for_backward(p, u, weights, r, logit, keep)
         ctx.mark_non_differentiable(keep)
         return h, keep
 
     @staticmethod
     def backward(ctx: Any, dh: Tensor, _dkeep: Tensor) -> tuple[Tensor | None, ...]:
-        h, u, weights, r, logit, keep = ctx.saved_tensors
+        p, u, weights, r, logit, keep = ctx.saved_tensors
         bufs = ctx.bufs
-        with _no_autocast(h):
-            dh, uf = dh.to(h.dtype), u.to(h.dtype)
+        bufs.grads()  # a merge can be the first reader to run backward (a loss on an inner sublayer)
+        with _no_autocast(p):
+            dh, pf, uf = dh.to(weights.dtype), p.to(weights.dtype), u.to(weights.dtype)
+            k = weights.shape[0]
             if _fused(bufs):
-                k = weights.shape[0]
-                dout, dscore, dp, du = depth_kernels.fused_merge_backward(
-                    dh.flatten(0, 1), h.flatten(0, 1), uf, weights.flatten(1), bufs.values[:k].flatten(1, 2),
-                    r.flatten(), logit.flatten(), keep.flatten(),
+                dlogits, dp, du = depth_kernels.fused_merge_backward(
+                    dh.flatten(0, 1), pf.flatten(0, 1), uf, weights.flatten(1), bufs.values[:k].flatten(1, 2),
+                    bufs.written_value_grad(k).flatten(1, 2), r.flatten(), logit.flatten(), keep.flatten(),
                 )
-                return dout.view_as(h), dscore.view_as(r), dp.view_as(h).to(ctx.p_dtype), du.to(u.dtype), None, None
-            gap = _weighted_sum(weights, bufs.values, torch.empty_like(h)).sub_(h)  # out - h
-            # d h / d keep = out - p = gap / (1 - keep), so the score (lse - logit) gets keep * <dh, gap>
-            dscore = torch.linalg.vecdot(dh, gap).mul_(keep)  # (B, T)
-            rest = 1 - keep
-            ratio = torch.where(rest > 0, keep / rest, 0.0)  # keep == 1 exactly: gap = 0, no gradient
-            # p = h - ratio * gap; logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D, so with
-            # a = -dscore r and c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c h - c ratio gap
-            a = -dscore * r  # (B, T)
-            c = dscore * logit * r.square() / h.shape[-1]
-            dp = torch.mul(dh, rest.unsqueeze(-1))
-            dp.addcmul_(a.unsqueeze(-1), uf).addcmul_(h, c.unsqueeze(-1)).addcmul_(gap, (c * ratio).unsqueeze(-1), value=-1.0)
-            flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
-            du = a.reshape(-1) @ flat(h) - (a * ratio).reshape(-1) @ flat(gap)  # sum over tokens of a p
-            dout = dh * keep.unsqueeze(-1)
-        return dout, dscore, dp.to(ctx.p_dtype), du.to(u.dtype), None, None
+                bufs.logit_grad[:k, ctx.query] += dlogits.view_as(weights)
+                dp = dp.view_as(pf)
+            else:
+                dots = _dots(bufs.values, k, dh)  # (k, B, T): <v_j, dh>
+                # dh/dkeep = out - p and dkeep/dscore = keep (1 - keep); <dh, out> = sum_j weights[j] dots[j]
+                rest = 1 - keep
+                dscore = ((weights * dots).sum(0) - torch.linalg.vecdot(dh, pf)).mul_(keep * rest)  # (B, T)
+                _slot_grads(bufs, ctx.query, weights, dh, dots, keep, dscore)  # out's gradient is keep * dh
+                # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
+                # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p
+                a = -dscore * r
+                c = dscore * logit * r.square() / dh.shape[-1]
+                dp = torch.mul(dh, rest.unsqueeze(-1)).addcmul_(a.unsqueeze(-1), uf).addcmul_(pf, c.unsqueeze(-1))
+                du = a.reshape(-1) @ pf.reshape(-1, pf.shape[-1])
+        return None, None, dp.to(p.dtype), du.to(u.dtype), None, None, None

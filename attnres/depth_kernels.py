@@ -57,19 +57,22 @@ def merge_forward(out: Tensor, p: Tensor, u: Tensor, lse: Tensor, eps: float) ->
 
 
 def merge_backward(
-    dh: Tensor, h: Tensor, u: Tensor, weights: Tensor, values: Tensor, r: Tensor, logit: Tensor, keep: Tensor
+    dh: Tensor, p: Tensor, u: Tensor, weights: Tensor, values: Tensor, value_grad: Tensor, r: Tensor, logit: Tensor,
+    keep: Tensor,
 ) -> tuple[Tensor, ...]:
-    """Gradients of :func:`merge_forward` for out, lse, p and u, with out recomputed and p rebuilt from h
-    (the derivation is in :class:`attnres.depth_autograd.Merge`)."""
-    gap = (weights.unsqueeze(-1) * values).sum(0) - h  # out - h
-    dscore = (dh * gap).sum(-1) * keep
+    """Gradients of :func:`merge_forward` with this query's share of phase 1's backward (see
+    :class:`attnres.depth_autograd.Merge`): adds ``keep * weights[j] * dh`` to ``value_grad[j]`` (k, N, D);
+    returns the gradient of the query's logits against the k slots (k, N), of p and of u."""
+    dots = (values * dh).sum(-1)  # (k, N)
+    dot_out = (weights * dots).sum(0)
     rest = 1 - keep
-    ratio = torch.where(rest > 0, keep / rest, 0.0)
+    dscore = (dot_out - (dh * p).sum(-1)) * keep * rest
+    value_grad.add_((weights * keep).unsqueeze(-1) * dh)
     a = -dscore * r
-    c = dscore * logit * r * r / h.shape[-1]
-    dp = dh * rest.unsqueeze(-1) + a.unsqueeze(-1) * u + c.unsqueeze(-1) * h - (c * ratio).unsqueeze(-1) * gap
-    du = (a.unsqueeze(-1) * h - (a * ratio).unsqueeze(-1) * gap).sum(0)
-    return dh * keep.unsqueeze(-1), dscore, dp, du
+    c = dscore * logit * r * r / dh.shape[-1]
+    dp = dh * rest.unsqueeze(-1) + a.unsqueeze(-1) * u + c.unsqueeze(-1) * p
+    du = (a.unsqueeze(-1) * p).sum(0)
+    return weights * ((dots - dot_out) * keep + dscore), dp, du
 
 
 _failure: str | None = None

@@ -226,6 +226,29 @@ def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_ca
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("layer", [3, 4, 6], ids=["block-start", "merge", "merge-late"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
+def test_gradients_from_an_inner_sublayer_match_the_reference(layer, fused):
+    """A loss on one sublayer's input h_l, not on the logits: the final aggregation and the later blocks get
+    no gradient, so the first reader to run backward is a block's phase 1 or a merge, and some slots are
+    never read by anything that differentiates (the gradient buffers must not be assumed zero-filled)."""
+    torch.manual_seed(0)
+    cfg = small("block", 3)  # 8 sublayers in blocks of 3, 3, 2: layer 3 starts block 1, 4 and 6 merge
+    fast = randomize_depth(AttnResLM(cfg)).double()
+    fast.depth.fused = fused
+    ref = AttnResLM(cfg, reference_depth=True).double()
+    ref.load_state_dict(fast.state_dict())
+    x = tokens(cfg)
+    probe = torch.randn(3, cfg.seq_len, cfg.d_model, dtype=torch.float64)
+    for model in (fast, ref):
+        inputs, _ = capture(model, x)
+        (inputs[layer] * probe).sum().backward()
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
 def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
     torch.manual_seed(0)
