@@ -4,7 +4,7 @@ Eager PyTorch runs every element-wise op of :mod:`attnres.depth_autograd` as its
 (B, T, D) tensor: about ten per sublayer, which is most of what Block AttnRes costs over the baseline. The
 functions below state the same math in a form ``torch.compile`` fuses into one or two passes (C++/OpenMP on
 CPU, Triton on GPU). They are pure: they return what the autograd functions store, and the only mutation is the
-value-gradient accumulator that phase 1's backward adds into.
+value-gradient accumulator that the two backward kernels add into.
 
 Tokens are flattened, so every operand is (k, N, D), (N, D) or (N,) with N = batch x tokens. Compilation is
 in torch.compile's automatic-dynamic mode: a kernel is first built for the shapes it sees, and a dimension
