@@ -201,15 +201,14 @@ class Phase1(Function):
             if present and _fused(bufs):
                 dlogits = depth_kernels.fused_phase1_backward(
                     weights[present].flatten(2), bufs.values[:k].flatten(1, 2),
-                    torch.zeros_like(weights[present, 0]).flatten(1), bufs.written_value_grad(k).flatten(1, 2),
-                    *(douts[s].flatten(0, 1) for s in present),
+                    bufs.written_value_grad(k).flatten(1, 2), *(douts[s].flatten(0, 1) for s in present),
                 )
                 for i, s in enumerate(present):
                     bufs.logit_grad[:k, q0 + s] += dlogits[i].view_as(weights[s])
             else:
                 for s in present:
                     dots = _dots(bufs.values, k, douts[s])  # (k, B, T): <v_j, dout>
-                    _slot_grads(bufs, q0 + s, weights[s], douts[s], dots, 1.0, None)
+                    _slot_grads(bufs, q0 + s, weights[s], douts[s], dots, (weights[s] * dots).sum(0), 1.0, None)
         return (None,) * len(ctx.needs_input_grad)
 
 
@@ -218,18 +217,18 @@ def _fused(bufs: Buffers) -> bool:
 
 
 def _slot_grads(
-    bufs: Buffers, query: int, weights: Tensor, grad: Tensor, dots: Tensor, scale: Tensor | float,
+    bufs: Buffers, query: int, weights: Tensor, grad: Tensor, dots: Tensor, dot_out: Tensor, scale: Tensor | float,
     dscore: Tensor | None,
 ) -> None:
     """The completed slots' share of the backward of one query (eager).
 
     The query's phase-1 output is ``out = sum_j weights[j] v_j``, weights (k, B, T) the softmax of its
     logits; the gradient of out is ``scale * grad`` (``scale`` (B, T) is a merge's keep, 1 for a block's
-    first sublayer), ``dots[j] = <v_j, grad>`` and ``dscore`` (B, T) is the gradient of its log-sum-exp (a
-    merge's score). Adds ``scale * weights[j] * grad`` to ``value_grad[j]`` and the softmax's backward to the
-    logits' gradient.
+    first sublayer), ``dots[j] = <v_j, grad>``, ``dot_out = <out, grad> = sum_j weights[j] dots[j]`` and
+    ``dscore`` (B, T) is the gradient of its log-sum-exp (a merge's score). Adds ``scale * weights[j] * grad``
+    to ``value_grad[j]`` and the softmax's backward to the logits' gradient.
     """
-    dlogits = (dots - (weights * dots).sum(0)).mul_(scale)
+    dlogits = (dots - dot_out).mul_(scale)
     if dscore is not None:
         dlogits += dscore
     bufs.logit_grad[: weights.shape[0], query] += dlogits.mul_(weights)
@@ -288,8 +287,9 @@ class Merge(Function):
                 dots = _dots(bufs.values, k, dh)  # (k, B, T): <v_j, dh>
                 # dh/dkeep = out - p and dkeep/dscore = keep (1 - keep); <dh, out> = sum_j weights[j] dots[j]
                 rest = 1 - keep
-                dscore = ((weights * dots).sum(0) - torch.linalg.vecdot(dh, pf)).mul_(keep * rest)  # (B, T)
-                _slot_grads(bufs, ctx.query, weights, dh, dots, keep, dscore)  # out's gradient is keep * dh
+                dot_out = (weights * dots).sum(0)  # (B, T)
+                dscore = (dot_out - torch.linalg.vecdot(dh, pf)).mul_(keep * rest)  # (B, T)
+                _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore)  # out's gradient: keep * dh
                 # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
                 # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p
                 a = -dscore * r

@@ -39,13 +39,13 @@ def phase1_forward(scores: Tensor, values: Tensor) -> tuple[Tensor, ...]:
     return (lse, weights, *outs)
 
 
-def phase1_backward(weights: Tensor, values: Tensor, dlse: Tensor, value_grad: Tensor, *douts: Tensor) -> Tensor:
+def phase1_backward(weights: Tensor, values: Tensor, value_grad: Tensor, *douts: Tensor) -> Tensor:
     """Adds ``sum_s weights[s, j] * douts[s]`` to ``value_grad[j]`` (k, N, D); returns the logits' gradient
     (S, k, N)."""
     dots = torch.stack([(values * d).sum(-1) for d in douts])  # (S, k, N): <v_j, dout_s>
     mean = (weights * dots).sum(1, keepdim=True)
     value_grad.add_(sum(weights[s].unsqueeze(-1) * d for s, d in enumerate(douts)))
-    return weights * (dots - mean + dlse.unsqueeze(1))
+    return weights * (dots - mean)
 
 
 def merge_forward(out: Tensor, p: Tensor, u: Tensor, lse: Tensor, eps: float) -> tuple[Tensor, ...]:
