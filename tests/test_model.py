@@ -37,6 +37,17 @@ def randomize_depth(model: AttnResLM, scale: float = 1.0, seed: int = 1) -> Attn
     return model
 
 
+def fast_and_reference(
+    cfg: ModelConfig, fused: bool, scale: float = 1.0, dtype: torch.dtype = torch.float32
+) -> tuple[AttnResLM, AttnResLM]:
+    """The two-phase model (``fused``: through attnres.depth_kernels) and the direct-formula model, same weights."""
+    fast = randomize_depth(AttnResLM(cfg), scale=scale).to(dtype)
+    fast.depth.fused = fused
+    ref = AttnResLM(cfg, reference_depth=True).to(dtype)
+    ref.load_state_dict(fast.state_dict())
+    return fast, ref
+
+
 def tokens(cfg: ModelConfig, batch: int = 3, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=torch.Generator().manual_seed(seed))
 
@@ -191,10 +202,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     uses on GPU; compiled for CPU here)."""
     torch.manual_seed(0)
     cfg = small(residual, n_blocks)
-    fast = randomize_depth(AttnResLM(cfg), scale=scale)
-    fast.depth.fused = fused
-    ref = AttnResLM(cfg, reference_depth=True)
-    ref.load_state_dict(fast.state_dict())
+    fast, ref = fast_and_reference(cfg, fused, scale=scale)
     x = tokens(cfg)
     target = tokens(cfg, seed=1)
     outs = []
@@ -214,10 +222,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
 def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_calls):
     torch.manual_seed(0)
     cfg = small("block", 3)
-    fast = randomize_depth(AttnResLM(cfg)).double()
-    fast.depth.fused = fused
-    ref = AttnResLM(cfg, reference_depth=True).double()
-    ref.load_state_dict(fast.state_dict())
+    fast, ref = fast_and_reference(cfg, fused, dtype=torch.float64)
     x = tokens(cfg)
     for model in (fast, ref):
         model(x).square().mean().backward()
@@ -234,10 +239,7 @@ def test_gradients_from_an_inner_sublayer_match_the_reference(layer, fused):
     never read by anything that differentiates (the gradient buffers must not be assumed zero-filled)."""
     torch.manual_seed(0)
     cfg = small("block", 3)  # 8 sublayers in blocks of 3, 3, 2: layer 3 starts block 1, 4 and 6 merge
-    fast = randomize_depth(AttnResLM(cfg)).double()
-    fast.depth.fused = fused
-    ref = AttnResLM(cfg, reference_depth=True).double()
-    ref.load_state_dict(fast.state_dict())
+    fast, ref = fast_and_reference(cfg, fused, dtype=torch.float64)
     x = tokens(cfg)
     probe = torch.randn(3, cfg.seq_len, cfg.d_model, dtype=torch.float64)
     for model in (fast, ref):
