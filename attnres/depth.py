@@ -82,6 +82,7 @@ class DepthState:
         self.h: Tensor = embedding  # ResidualSum: the residual stream
         self.blocks: list[Tensor] = [embedding]  # ReferenceAttnRes: b_0 = v_0, then completed block sums
         self.partial: Tensor | None = None  # sum of the current block's outputs so far
+        self.last: Tensor | None = None  # AttnRes: the latest output, not yet added to partial
         self.outputs: list[Tensor] = [embedding]  # ReferenceAttnRes (Full): every source v_0, v_1, ...
         self.bufs: Buffers | None = None  # AttnRes: the slot buffers of this forward
         self.u: Tensor | None = None  # AttnRes: query vectors w_q * g_q, (Q, D)
@@ -170,15 +171,18 @@ class AttnRes(_AttnResBase):
             embedding, slots=len(self.starts) + 1, queries=self.n_sublayers + 1, eps=self.eps, fused=self.fused
         )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
-        state.tokens = [Deposit.apply(embedding, state.u, state.bufs, 0, 0)]
+        state.tokens = [Deposit.apply(None, embedding, state.u, state.bufs, 0, 0)]
         return state
 
     def write(self, state: DepthState, layer: int, output: Tensor) -> None:
+        # The block's partial sum is state.partial (None at the block's start) + state.last. Its next reader
+        # forms it: a merge (which returns it as the new state.partial) or, once the block is complete, the
+        # deposit, which sums straight into slot block + 1. No pass of its own, no tensor of its own.
         block = self.block_of[layer]
-        state.partial = output if layer == self.starts[block] else state.partial + output
-        if layer + 1 == self.ends[block]:  # the block is complete: its sum becomes slot block + 1
-            state.tokens.append(Deposit.apply(state.partial, state.u, state.bufs, block + 1, layer + 1))
-            state.partial = None
+        state.last = output
+        if layer + 1 == self.ends[block]:
+            state.tokens.append(Deposit.apply(state.partial, output, state.u, state.bufs, block + 1, layer + 1))
+            state.partial = state.last = None
 
     def _phase1(self, state: DepthState, first: int, last: int) -> tuple[Tensor, Tensor, list[Tensor]]:
         lse, weights, *outs = Phase1.apply(state.bufs, len(state.tokens), first, last, *state.tokens)
@@ -194,7 +198,11 @@ class AttnRes(_AttnResBase):
             return state.phase1[2][0]
         # phase 2: merge this block's partial sum with phase 1 by the online-softmax rule
         lse, weights, outs = state.phase1
-        h, keep = Merge.apply(outs[i], lse[i], state.partial, state.u[layer], weights[i], state.bufs, layer)
+        h, keep, state.partial = Merge.apply(
+            outs[i], lse[i], state.partial, state.last, state.u[layer], weights[i], state.bufs, layer
+        )
+        # drop what the merge consumed, so the next sublayer can reuse its memory
+        outs[i] = state.last = None
         if state.recorder is not None:
             merged = torch.cat([weights[i] * keep, (1 - keep).unsqueeze(0)])  # (k + 1, B, T)
             self._record(state.recorder, layer, merged, "partial")

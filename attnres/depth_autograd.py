@@ -5,15 +5,17 @@ for the backward pass and would accumulate each source's gradient one consumer a
 instead keep the completed sources in one preallocated buffer per forward pass, save only the softmax
 weights, per-token scalars and each merge's partial sum, and recompute the rest in backward from the buffer:
 
-* :class:`Deposit` writes a completed source into its buffer slot and computes its logits against every
-  query that will read it (``w_q . RMSNorm_q(b) = (b @ (w_q * g_q)) / rms(b)``: the key norm's gain folds
+* :class:`Deposit` writes a completed source into its buffer slot (a block's sum is formed there, from the
+  partial sum and the block's last output) and computes its logits against every query that will read it (``w_q . RMSNorm_q(b) = (b @ (w_q * g_q)) / rms(b)``: the key norm's gain folds
   into the query). Its backward returns the gradient accumulated for that slot by every reader, plus the
   key-norm path. Readers take the slot's 0-size ``token`` as an input, so autograd runs every reader's
   backward before the deposit's.
 * :class:`Phase1` attends the S queries of a block to the k completed slots at once.
 * :class:`Merge` is phase 2: one query against the block's partial sum ``p``, merged with phase 1 by the
   online-softmax rule, which for two groups is ``h = p + keep * (o - p)``, ``keep = sigmoid(lse - logit_p)``.
-  Its backward also does that query's share of phase 1's backward, so phase 1's backward only handles the
+  It also forms ``p`` (the previous partial sum plus the latest output) and returns it for the next reader,
+  so the gradients reaching ``p`` are summed in its backward, not by autograd in a pass of their own. Its
+  backward also does that query's share of phase 1's backward, so phase 1's backward only handles the
   block's first sublayer.
 
 Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous: values (M, B, T, D),
@@ -47,6 +49,7 @@ class Buffers:
         self.eps = eps
         self.fused = fused  # phase 1 and the merge through attnres.depth_kernels (torch.compile)
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
+        self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
         self.inv_rms = like.new_empty(slots, b, t, dtype=dtype)  # (M, B, T)
         self.value_grad: Tensor | None = None
@@ -57,7 +60,7 @@ class Buffers:
         """Gradient accumulators, allocated on first use in backward (never in an inference forward).
 
         The value gradient is not zero-filled: the first reader to run backward writes each slot (usually
-        the final aggregation, which reads them all), later ones add; see :meth:`add_value_grad`.
+        the final aggregation, which reads them all), later ones add; see :meth:`add_value_grads`.
         """
         if self.value_grad is None:
             self.value_grad = torch.empty_like(self.values)
@@ -65,13 +68,22 @@ class Buffers:
             self._unwritten = set(range(self.values.shape[0]))
         return self.value_grad, self.logit_grad
 
-    def add_value_grad(self, slot: int, grad: Tensor, weight: Tensor) -> None:
-        """``value_grad[slot] += weight[..., None] * grad``, weight (B, T), grad (B, T, D)."""
-        if slot in self._unwritten:
-            torch.mul(grad, weight.unsqueeze(-1), out=self.value_grad[slot])
-            self._unwritten.discard(slot)
-        else:
-            self.value_grad[slot].addcmul_(grad, weight.unsqueeze(-1))
+    def add_value_grads(self, grad: Tensor, coef: Tensor) -> None:
+        """``value_grad[j] += coef[j, ..., None] * grad`` for j < k; coef (k, B, T), grad (B, T, D).
+
+        One broadcast op once every slot holds a gradient (the usual case: the final aggregation runs its
+        backward first and writes them all); slot by slot, writing the unwritten ones, before that.
+        """
+        k = coef.shape[0]
+        if self._unwritten.isdisjoint(range(k)):
+            self.value_grad[:k].addcmul_(coef.unsqueeze(-1), grad)
+            return
+        for slot in range(k):
+            if slot in self._unwritten:
+                torch.mul(grad, coef[slot].unsqueeze(-1), out=self.value_grad[slot])
+                self._unwritten.discard(slot)
+            else:
+                self.value_grad[slot].addcmul_(grad, coef[slot].unsqueeze(-1))
 
     def written_value_grad(self, slots: int) -> Tensor:
         """``value_grad[:slots]``, zero-filled where no reader wrote yet (for kernels that only add)."""
@@ -118,7 +130,12 @@ def _dots(values: Tensor, k: int, grad: Tensor) -> Tensor:
 
 
 class Deposit(Function):
-    """Store source ``value`` (B,T,D) in ``slot`` with its logits against the queries ``u[first:]`` (Q,D).
+    """Store ``prev + last`` (B,T,D) in ``slot`` with its logits against the queries ``u[first:]`` (Q,D).
+
+    ``prev`` is None for a single tensor (the embedding, or a block of one sublayer); otherwise it is the
+    block's partial sum and ``last`` its last output, and the sum is formed in the slot itself. The backward
+    builds the slot's gradient in the slot's own gradient buffer, which no reader needs any more, and returns
+    it for both: neither step allocates a new (B, T, D) tensor.
 
     ``first`` is the first query that reads the slot (0 for the embedding, the next block's first sublayer
     for a block summary): the logits of earlier queries are never read, so they are neither computed nor
@@ -126,25 +143,32 @@ class Deposit(Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, value: Tensor, u: Tensor, bufs: Buffers, slot: int, first: int) -> Tensor:
-        with _no_autocast(value):
+    def forward(
+        ctx: Any, prev: Tensor | None, last: Tensor, u: Tensor, bufs: Buffers, slot: int, first: int
+    ) -> Tensor:
+        with _no_autocast(last):
             x = bufs.values[slot]
-            x.copy_(value)
+            if prev is None:
+                x.copy_(last)
+            elif prev.dtype == x.dtype:
+                torch.add(prev, last, out=x)  # the block's sum is formed in its slot, never as its own tensor
+            else:
+                x.copy_(prev + last)  # bf16 sources: summed in bf16, as the reference sums them
             r = bufs.inv_rms[slot]
             r.copy_(_inv_rms(x, bufs.eps))
             logits = bufs.logits[slot, first:]  # (Q - first, B, T)
             torch.mm(u[first:].to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
             logits.mul_(r)
-        ctx.bufs, ctx.slot, ctx.first = bufs, slot, first
+        ctx.bufs, ctx.slot, ctx.first, ctx.summed = bufs, slot, first, prev is not None
         ctx.save_for_backward(u)
-        return value.new_empty(0)
+        return last.new_empty(0)
 
     @staticmethod
     def backward(ctx: Any, _token_grad: Tensor) -> tuple[Tensor | None, ...]:
         bufs, slot, first = ctx.bufs, ctx.slot, ctx.first
         (u,) = ctx.saved_tensors
         if bufs.value_grad is None:  # no reader needed a gradient
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         with _no_autocast(u):
             x = bufs.values[slot]  # (B, T, D)
             r = bufs.inv_rms[slot]  # (B, T)
@@ -153,13 +177,16 @@ class Deposit(Function):
             # z_q = r (x . u_q) and dr/dx = -r^3 x / D, so dx = r dz @ U - (r^2 / D) (dz . z) x
             coef = (dzr * bufs.logits[slot, first:]).sum(0).mul_(r).div_(-x.shape[-1])  # (B, T)
             flat = dzr.reshape(dzr.shape[0], -1)  # (Q - first, B*T)
-            readers = bufs.value_grad_of(slot)
-            dx = flat.T @ uq if readers is None else torch.addmm(readers.view(-1, x.shape[-1]), flat.T, uq)
-            dx = dx.view_as(x)  # the readers' gradient + r dz @ U
+            # the readers' gradient + r dz @ U, formed in the slot's gradient buffer (every reader is done)
+            dx = bufs.value_grad_of(slot)
+            if dx is None:
+                dx = (flat.T @ uq).view_as(x)
+            else:
+                dx.view(-1, x.shape[-1]).addmm_(flat.T, uq)
             dx.addcmul_(x, coef.unsqueeze(-1))
             du = torch.zeros_like(u)
             du[first:] = flat @ x.reshape(-1, x.shape[-1])  # (Q - first, D)
-        return dx, du, None, None, None
+        return (dx if ctx.summed else None), dx, du, None, None, None
 
 
 class Phase1(Function):
@@ -173,7 +200,12 @@ class Phase1(Function):
     def forward(ctx: Any, bufs: Buffers, k: int, q0: int, q1: int, *tokens: Tensor) -> tuple[Tensor, ...]:
         with _no_autocast(bufs.values):
             scores = bufs.logits[:k, q0:q1].transpose(0, 1)  # (S, k, B, T)
-            if _fused(bufs):
+            if k == 1:  # the first block reads only the embedding: every weight is exactly 1, every output
+                # is the embedding, so the outputs are views of it (S copies would cost memory and passes)
+                lse, weights = scores[:, 0].clone(), torch.ones_like(scores)
+                source = bufs.source0.to(bufs.values.dtype)
+                outs = [source.view_as(source) for _ in range(q1 - q0)]
+            elif _fused(bufs):
                 s, (b, t, d) = q1 - q0, bufs.values.shape[1:]
                 lse, weights, *outs = depth_kernels.fused_phase1_forward(
                     scores.reshape(s, k, b * t), bufs.values[:k].flatten(1, 2)
@@ -232,26 +264,31 @@ def _slot_grads(
     if dscore is not None:
         dlogits += dscore
     bufs.logit_grad[: weights.shape[0], query] += dlogits.mul_(weights)
-    for j in range(weights.shape[0]):
-        bufs.add_value_grad(j, grad, weights[j] * scale)
+    bufs.add_value_grads(grad, weights * scale)
 
 
 class Merge(Function):
     """Phase 2 for query ``u`` (D,): ``h = p + keep * (out - p)``, ``keep = sigmoid(lse - r_p * (p . u))``.
 
+    ``p = prev + last`` is the block's partial sum (``last`` alone at the block's second sublayer), returned
+    as the third output; its backward adds what p's later reader sent back (``dp_later``) into p's gradient
+    and returns that for ``prev`` and ``last`` alike.
+
     The backward also does this query's share of phase 1's backward (:func:`_slot_grads`, with ``dout = keep
     dh``), so the gradient of ``out`` is never materialised and ``out`` need not be kept: ``<dh, out>`` comes
     from the dot products with the slots that phase 1's backward needs anyway. It saves the partial sum ``p``,
-    one (B, T, D) tensor per merge (Block N = 4: peak memory 1.036 -> 1.086 of the baseline's). Rebuilding
+    one (B, T, D) tensor per merge (Block N = 4: about 5 % of the baseline's peak memory). Rebuilding
     ``p`` from ``h`` and a recomputed ``out`` instead costs k + 5 more passes over (B, T, D) tensors per merge:
     saving it took Block N = 4's depth mixing from 33.1 to 29.7 ms (``benchmarks/bench_step.py``, depth only).
     """
 
     @staticmethod
     def forward(
-        ctx: Any, out: Tensor, lse: Tensor, p: Tensor, u: Tensor, weights: Tensor, bufs: Buffers, query: int
-    ) -> tuple[Tensor, Tensor]:
-        with _no_autocast(p):
+        ctx: Any, out: Tensor, lse: Tensor, prev: Tensor | None, last: Tensor, u: Tensor, weights: Tensor,
+        bufs: Buffers, query: int,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        with _no_autocast(last):
+            p = last.view_as(last) if prev is None else prev + last  # the block's partial sum so far
             pf, uf = p.to(out.dtype), u.to(out.dtype)
             if _fused(bufs):
                 h, keep, r, logit = depth_kernels.fused_merge_forward(
@@ -263,18 +300,19 @@ class Merge(Function):
                 logit = (pf @ uf).mul_(r)  # (B, T)
                 keep = torch.sigmoid(lse - logit)  # weight of the completed blocks, (B, T)
                 h = torch.lerp(pf, out, keep.unsqueeze(-1))
-        ctx.bufs, ctx.query = bufs, query
+        ctx.bufs, ctx.query, ctx.summed = bufs, query, prev is not None
         ctx.save_for_backward(p, u, weights, r, logit, keep)
         ctx.mark_non_differentiable(keep)
-        return h, keep
+        return h, keep, p
 
     @staticmethod
-    def backward(ctx: Any, dh: Tensor, _dkeep: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, dh: Tensor, _dkeep: Tensor, dp_later: Tensor) -> tuple[Tensor | None, ...]:
         p, u, weights, r, logit, keep = ctx.saved_tensors
         bufs = ctx.bufs
         bufs.grads()  # a merge can be the first reader to run backward (a loss on an inner sublayer)
         with _no_autocast(p):
             dh, pf, uf = dh.to(weights.dtype), p.to(weights.dtype), u.to(weights.dtype)
+            dp_later = dp_later.to(weights.dtype)  # what p's later readers (a merge, the deposit) sent back
             k = weights.shape[0]
             if _fused(bufs):
                 dlogits, dp, du = depth_kernels.fused_merge_backward(
@@ -282,18 +320,21 @@ class Merge(Function):
                     bufs.written_value_grad(k).flatten(1, 2), r.flatten(), logit.flatten(), keep.flatten(),
                 )
                 bufs.logit_grad[:k, ctx.query] += dlogits.view_as(weights)
-                dp = dp.view_as(pf)
+                dp = dp.view_as(pf).add_(dp_later)
             else:
                 dots = _dots(bufs.values, k, dh)  # (k, B, T): <v_j, dh>
                 # dh/dkeep = out - p and dkeep/dscore = keep (1 - keep); <dh, out> = sum_j weights[j] dots[j]
                 rest = 1 - keep
                 dot_out = (weights * dots).sum(0)  # (B, T)
-                dscore = (dot_out - torch.linalg.vecdot(dh, pf)).mul_(keep * rest)  # (B, T)
+                dp = torch.mul(dh, pf)  # (B, T, D) scratch for <dh, p>, then reused for dp: one buffer, not two
+                dscore = (dot_out - dp.sum(-1)).mul_(keep * rest)  # (B, T)
                 _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore)  # out's gradient: keep * dh
                 # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
                 # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p
                 a = -dscore * r
                 c = dscore * logit * r.square() / dh.shape[-1]
-                dp = torch.mul(dh, rest.unsqueeze(-1)).addcmul_(a.unsqueeze(-1), uf).addcmul_(pf, c.unsqueeze(-1))
+                torch.addcmul(dp_later, dh, rest.unsqueeze(-1), out=dp)
+                dp.addcmul_(a.unsqueeze(-1), uf).addcmul_(pf, c.unsqueeze(-1))
                 du = a.reshape(-1) @ pf.reshape(-1, pf.shape[-1])
-        return None, None, dp.to(p.dtype), du.to(u.dtype), None, None, None
+        dp = dp.to(p.dtype)  # p = prev + last: both get p's whole gradient
+        return None, None, (dp if ctx.summed else None), dp, du.to(u.dtype), None, None, None

@@ -6,7 +6,8 @@
 
 Every repeat times one training step (forward + backward + AdamW) of every variant in turn, rotating the
 order, and the ratio to the baseline is taken within each repeat before the median: shared machines drift,
-so only ratios measured side by side mean anything. Peak memory is measured in a separate pass: on CUDA
+so only ratios measured side by side mean anything. ``95% CI`` is the median ratio's distribution-free
+confidence interval (order statistics), which says whether a target like 1.05 is met beyond the noise. Peak memory is measured in a separate pass: on CUDA
 ``torch.cuda.max_memory_allocated``; on CPU the bytes of parameters, gradients and optimizer state plus the
 peak of the step's allocations as recorded by the PyTorch profiler. ``depth ms`` times the depth mixing
 alone (forward + backward of the mixer, with each sublayer replaced by a cheap element-wise stand-in; with
@@ -108,6 +109,16 @@ def depth_only_time(cfg: ModelConfig, batch: int, device: torch.device, dtype: t
     return run
 
 
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: the order statistics whose ranks bracket the
+    median with binomial probability ``level`` (min and max when there are too few values for that)."""
+    from scipy.stats import binom
+
+    x, n = sorted(values), len(values)
+    j = int(binom.ppf((1 - level) / 2, n, 0.5))  # P(fewer than j values below the median) <= (1 - level) / 2
+    return (x[j - 1], x[n - j]) if j >= 1 else (x[0], x[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -178,13 +189,15 @@ def main(argv: list[str] | None = None) -> int:
                 ratios[r.name].append(step_s[r.name][-1] / step_s["baseline"][-1])
         peaks = {r.name: peak_bytes(r, device) for r in runners}
         print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
-        print(f"{'variant':>10} {'step ms':>9} {'x base':>7} {'[min, max]':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
+        print(f"{'variant':>10} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
         for r in runners:
+            low, high = median_ci(ratios[r.name])
             row = {
                 "size": size,
                 "variant": r.name,
                 "step_ms": 1e3 * statistics.median(step_s[r.name]),
                 "step_ratio": statistics.median(ratios[r.name]),
+                "step_ratio_ci95": [low, high],
                 "step_ratio_min": min(ratios[r.name]),
                 "step_ratio_max": max(ratios[r.name]),
                 "peak_mib": peaks[r.name] / 2**20,
@@ -194,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(row)
             print(
                 f"{r.name:>10} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
-                f"[{row['step_ratio_min']:.3f}, {row['step_ratio_max']:.3f}] {row['peak_mib']:9.1f} "
+                f"[{low:.3f}, {high:.3f}] {row['peak_mib']:9.1f} "
                 f"{row['peak_ratio']:7.3f} {row['depth_ms']:9.2f}"
             )
     if args.json:

@@ -251,6 +251,20 @@ def test_gradients_from_an_inner_sublayer_match_the_reference(layer, fused):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12, msg=name)
 
 
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 2)])
+def test_the_first_block_reads_the_embedding_itself(residual, n_blocks):
+    """The first block's only source is the embedding (every depth weight is 1), so its sublayers read the
+    embedding's own memory, not copies of it, as the baseline's first sublayer does."""
+    cfg = small(residual, n_blocks)
+    model = randomize_depth(AttnResLM(cfg))
+    embedded = []
+    hook = model.embed.register_forward_hook(lambda module, args, out: embedded.append(out))
+    inputs, _ = capture(model, tokens(cfg))
+    hook.remove()
+    assert inputs[0].untyped_storage().data_ptr() == embedded[0].untyped_storage().data_ptr()
+    torch.testing.assert_close(inputs[0], embedded[0], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
 def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
     torch.manual_seed(0)

@@ -1,0 +1,46 @@
+"""The step benchmark: its statistics, and one tiny side-by-side run end to end (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from benchmarks import bench_step
+
+
+def test_median_ci_covers_the_true_median_at_its_level():
+    """Samples of 40 from a skewed distribution with a known median (exponential: ln 2)."""
+    rng = np.random.default_rng(0)
+    trials = 2000
+    covered = 0
+    for _ in range(trials):
+        sample = rng.exponential(size=40).tolist()
+        low, high = bench_step.median_ci(sample)
+        assert low <= float(np.median(sample)) <= high
+        covered += low <= np.log(2) <= high
+    assert 0.93 <= covered / trials <= 0.99  # order statistics give at least the level (about 96 % at n = 40)
+
+
+def test_median_ci_falls_back_to_the_range_for_tiny_samples():
+    assert bench_step.median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+
+
+def test_side_by_side_run_reports_ratios_to_the_baseline(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = [
+        "--sizes", "32x1", "--seq-len", "16", "--batch", "2", "--head-dim", "16", "--repeats", "3",
+        "--warmup", "1", "--variants", "baseline,block2,full", "--threads", str(torch.get_num_threads()),
+        "--json", str(out),
+    ]
+    assert bench_step.main(argv) == 0
+    rows = {row["variant"]: row for row in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"baseline", "block2", "full"}
+    assert rows["baseline"]["step_ratio"] == 1.0 and rows["baseline"]["peak_ratio"] == 1.0
+    for row in rows.values():
+        low, high = row["step_ratio_ci95"]
+        assert low <= row["step_ratio"] <= high
+        assert row["step_ms"] > 0 and row["peak_mib"] > 0 and row["depth_ms"] > 0
+    assert rows["full"]["peak_ratio"] > 1.0  # the depth buffers cost memory, and the measurement sees them
+    assert "95% CI" in capsys.readouterr().out
