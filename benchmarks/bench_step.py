@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnres.config import ModelConfig
+from attnres.config import ConfigError, ModelConfig
 from attnres.depth import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
 from attnres.system import pin_malloc
@@ -138,6 +138,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU here; run it on a GPU machine")
+    variants = args.variants.split(",")
+    if variants[0] != "baseline":
+        parser.error("--variants must start with baseline (ratios are to the baseline)")
+    for name in variants:
+        if name.startswith("block") and not name[5:].isdigit():
+            parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
+    sizes = []
+    for size in args.sizes.split(","):  # every model is checked before any is timed
+        parts = size.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            parser.error(f"--sizes: {size!r} is not d_model x n_layer (e.g. 256x8)")
+        d_model, n_layer = int(parts[0]), int(parts[1])
+        try:
+            for name in variants:
+                variant_config(name, d_model, n_layer, args.seq_len, max(1, d_model // args.head_dim))
+        except ConfigError as err:
+            parser.error(f"--sizes {size} with --variants {args.variants}: {err}")
+        sizes.append((size, d_model, n_layer))
+
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
@@ -145,17 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     autocast = args.dtype == "bf16"
     # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
     fused = args.fused_depth or (args.compile and device.type == "cuda")
-    variants = args.variants.split(",")
-    if variants[0] != "baseline":
-        parser.error("--variants must start with baseline (ratios are to the baseline)")
     results = []
     print(
         f"device={device.type} dtype={args.dtype} threads={torch.get_num_threads()} batch={args.batch} "
         f"seq_len={args.seq_len} repeats={args.repeats} compile={args.compile} fused_depth={args.fused_depth} "
         f"torch={torch.__version__}"
     )
-    for size in args.sizes.split(","):
-        d_model, n_layer = (int(v) for v in size.lower().split("x"))
+    for size, d_model, n_layer in sizes:
         n_head = max(1, d_model // args.head_dim)
         torch.manual_seed(0)
         tokens = torch.randint(0, 256, (args.batch, args.seq_len + 1), device=device)

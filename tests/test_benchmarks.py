@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from benchmarks import bench_step
@@ -44,3 +45,23 @@ def test_side_by_side_run_reports_ratios_to_the_baseline(tmp_path, capsys):
         assert row["step_ms"] > 0 and row["peak_mib"] > 0 and row["depth_ms"] > 0
     assert rows["full"]["peak_ratio"] > 1.0  # the depth buffers cost memory, and the measurement sees them
     assert "95% CI" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--sizes", "64y2"], "'64y2' is not d_model x n_layer"),
+        (["--variants", "baseline,block5x"], "block<N>"),
+        (["--sizes", "64x2", "--variants", "baseline,block8"], "n_blocks=8 is out of range"),
+        (["--variants", "full,baseline"], "must start with baseline"),
+        pytest.param(
+            ["--device", "cuda"], "sees no CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible"),
+        ),
+    ],
+)
+def test_bad_arguments_are_rejected_before_anything_is_timed(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_step.main(argv)
+    assert exit_info.value.code == 2
+    assert fragment in capsys.readouterr().err
