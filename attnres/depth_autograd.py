@@ -6,10 +6,11 @@ instead keep the completed sources in one preallocated buffer per forward pass, 
 weights, per-token scalars and each merge's partial sum, and recompute the rest in backward from the buffer:
 
 * :class:`Deposit` writes a completed source into its buffer slot (a block's sum is formed there, from the
-  partial sum and the block's last output) and computes its logits against every query that will read it (``w_q . RMSNorm_q(b) = (b @ (w_q * g_q)) / rms(b)``: the key norm's gain folds
-  into the query). Its backward returns the gradient accumulated for that slot by every reader, plus the
-  key-norm path. Readers take the slot's 0-size ``token`` as an input, so autograd runs every reader's
-  backward before the deposit's.
+  partial sum and the block's last output) and computes its logits against every query that will read it
+  (``w_q . RMSNorm_q(b) = (b @ (w_q * g_q)) / rms(b)``: the key norm's gain folds into the query). Its
+  backward returns the gradient accumulated for that slot by every reader, plus the key-norm path. Readers
+  take the slot's 0-size ``token`` as an input, so autograd runs every reader's backward before the
+  deposit's.
 * :class:`Phase1` attends the S queries of a block to the k completed slots at once.
 * :class:`Merge` is phase 2: one query against the block's partial sum ``p``, merged with phase 1 by the
   online-softmax rule, which for two groups is ``h = p + keep * (o - p)``, ``keep = sigmoid(lse - logit_p)``.
