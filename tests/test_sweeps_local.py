@@ -131,7 +131,8 @@ def test_sigkill_part_way_then_rerun_finishes_without_retraining(reference, grid
         while time.monotonic() < deadline and proc.poll() is None:
             found = rows(results) if (results / "tiny").exists() else {}
             done = [k for k, r in found.items() if r and r["status"] == "done"]
-            mid = [k for k, r in found.items() if r and r["status"] == "running" and r["step"] >= 20
+            # early in its run (at most half way), so it cannot finish before the kill below lands
+            mid = [k for k, r in found.items() if r and r["status"] == "running" and 20 <= r["step"] <= 60
                    and (results / "tiny" / k / "checkpoints" / "last.ckpt").exists()]
             if done and mid:
                 interrupted = mid[0]
