@@ -47,6 +47,7 @@ from attnres.schema import (
     RUN_SCHEMA,
     SCHEMA_VERSION,
     atomic_write_bytes,
+    read_table,
     to_table,
     write_table,
 )
@@ -403,7 +404,7 @@ def write_synthetic_results(
         good = write_run("baseline", top_params, top / (6 * top_params), lrs[0], 4000 + i, "done", None, "wrong_schema")
         path = root / good["path"]
         table = pa.Table.from_batches(
-            to_table([{**{n: None for n in RUN_SCHEMA.names}, **_row_from(path)}], RUN_SCHEMA).to_batches(),
+            to_table([{**{n: None for n in RUN_SCHEMA.names}, **read_table(path / RUN_FILE).to_pylist()[0]}], RUN_SCHEMA).to_batches(),
             schema=RUN_SCHEMA.with_metadata({**{k.decode(): v.decode() for k, v in RUN_SCHEMA.metadata.items()}, "schema_version": str(SCHEMA_VERSION + 98)}),
         )
         write_table(path / RUN_FILE, table)
@@ -415,8 +416,3 @@ def write_synthetic_results(
         records.append({"run_id": run_id, "path": f"{sweep}/{run_id}", "kind": "no_run_file"})
     return SyntheticResults(root=root, sweep=sweep, law=law, multipliers=multipliers, runs=pd.DataFrame(records))
 
-
-def _row_from(path: Path) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path / RUN_FILE).read(use_threads=False).to_pylist()[0]  # see attnres.schema.read_table
