@@ -317,11 +317,12 @@ class Merge(Function):
             k = weights.shape[0]
             if _fused(bufs):
                 dlogits, dp, du = depth_kernels.fused_merge_backward(
-                    dh.flatten(0, 1), pf.flatten(0, 1), uf, weights.flatten(1), bufs.values[:k].flatten(1, 2),
-                    bufs.written_value_grad(k).flatten(1, 2), r.flatten(), logit.flatten(), keep.flatten(),
+                    dh.flatten(0, 1), pf.flatten(0, 1), dp_later.flatten(0, 1), uf, weights.flatten(1),
+                    bufs.values[:k].flatten(1, 2), bufs.written_value_grad(k).flatten(1, 2), r.flatten(),
+                    logit.flatten(), keep.flatten(),
                 )
                 bufs.logit_grad[:k, ctx.query] += dlogits.view_as(weights)
-                dp = dp.view_as(pf).add_(dp_later)
+                dp = dp.view_as(pf)
             else:
                 dots = _dots(bufs.values, k, dh)  # (k, B, T): <v_j, dh>
                 # dh/dkeep = out - p and dkeep/dscore = keep (1 - keep); <dh, out> = sum_j weights[j] dots[j]

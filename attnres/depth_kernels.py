@@ -57,12 +57,13 @@ def merge_forward(out: Tensor, p: Tensor, u: Tensor, lse: Tensor, eps: float) ->
 
 
 def merge_backward(
-    dh: Tensor, p: Tensor, u: Tensor, weights: Tensor, values: Tensor, value_grad: Tensor, r: Tensor, logit: Tensor,
-    keep: Tensor,
+    dh: Tensor, p: Tensor, dp_later: Tensor, u: Tensor, weights: Tensor, values: Tensor, value_grad: Tensor,
+    r: Tensor, logit: Tensor, keep: Tensor,
 ) -> tuple[Tensor, ...]:
     """Gradients of :func:`merge_forward` with this query's share of phase 1's backward (see
     :class:`attnres.depth_autograd.Merge`): adds ``keep * weights[j] * dh`` to ``value_grad[j]`` (k, N, D);
-    returns the gradient of the query's logits against the k slots (k, N), of p and of u."""
+    returns the gradient of the query's logits against the k slots (k, N), of p (including ``dp_later``, what
+    p's later reader sent back) and of u."""
     dots = (values * dh).sum(-1)  # (k, N)
     dot_out = (weights * dots).sum(0)
     rest = 1 - keep
@@ -70,7 +71,7 @@ def merge_backward(
     value_grad.add_((weights * keep).unsqueeze(-1) * dh)
     a = -dscore * r
     c = dscore * logit * r * r / dh.shape[-1]
-    dp = dh * rest.unsqueeze(-1) + a.unsqueeze(-1) * u + c.unsqueeze(-1) * p
+    dp = dp_later + dh * rest.unsqueeze(-1) + a.unsqueeze(-1) * u + c.unsqueeze(-1) * p
     du = (a.unsqueeze(-1) * p).sum(0)
     return weights * ((dots - dot_out) * keep + dscore), dp, du
 
