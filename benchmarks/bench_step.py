@@ -7,11 +7,12 @@
 Every repeat times one training step (forward + backward + AdamW) of every variant in turn, rotating the
 order, and the ratio to the baseline is taken within each repeat before the median: shared machines drift,
 so only ratios measured side by side mean anything. ``95% CI`` is the median ratio's distribution-free
-confidence interval (order statistics), which says whether a target like 1.05 is met beyond the noise. Peak memory is measured in a separate pass: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU the bytes of parameters, gradients and optimizer state plus the
-peak of the step's allocations as recorded by the PyTorch profiler. ``depth ms`` times the depth mixing
-alone (forward + backward of the mixer, with each sublayer replaced by a cheap element-wise stand-in; with
-``--compile`` on CUDA or with ``--fused-depth``, through the fused kernels of ``attnres.depth_kernels``).
+confidence interval (order statistics), which says whether a target like 1.05 is met beyond the noise. Peak
+memory is measured in a separate pass: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the bytes of
+parameters, gradients and optimizer state plus the peak of the step's allocations as recorded by the PyTorch
+profiler. ``depth ms`` times the depth mixing alone (forward + backward of the mixer, with each sublayer
+replaced by a cheap element-wise stand-in; with ``--compile`` on CUDA or with ``--fused-depth``, through the
+fused kernels of ``attnres.depth_kernels``).
 """
 
 from __future__ import annotations
