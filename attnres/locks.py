@@ -3,6 +3,11 @@
 
 ``attnres.train`` holds ``RUN_DIR/.lock`` while it trains; the sweep launchers hold ``RUN_DIR/.claim`` around
 their whole attempt (see :mod:`sweeps.runner`). No torch, no pyarrow: the launchers' status commands use it.
+
+Only global rank 0 of a multi-process (DDP) run takes these locks. Where a launcher starts every rank at once (SLURM
+tasks), the other ranks must not start training unless rank 0 does: they would wait at DDP's rendezvous for a rank 0
+that returned "busy" or "done", holding their GPUs until the rendezvous times out. So rank 0 writes what it decided to
+``RUN_DIR/.rank0`` (:func:`announce`) and the others wait for that (:func:`await_rank_zero`).
 """
 
 from __future__ import annotations
@@ -10,12 +15,15 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 TRAIN_LOCK_FILE = ".lock"  # held by attnres.train.train while it trains the run
 CLAIM_FILE = ".claim"  # held by a sweep launcher around its whole attempt at the run
+RANK_ZERO_FILE = ".rank0"  # "<launch> <status>": what global rank 0 decided in this launch (train, busy, done, ...)
+RANK_ZERO_TIMEOUT_S = 900.0  # how long the other ranks wait for it
 
 
 @contextmanager
@@ -58,3 +66,46 @@ def holder(path: Path) -> str:
         return path.read_text(errors="replace").strip() or "unknown"
     except OSError:
         return "unknown"
+
+
+def launch_key() -> str | None:
+    """What names this launch of a multi-task SLURM step, the same on every rank and new on every requeue; None
+    when the ranks are not all started by the launcher (one process, or Lightning starting ranks > 0 itself)."""
+    env = os.environ
+    if int(env.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_JOB_ID" not in env:
+        return None
+    return "slurm-" + ".".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_RESTART_COUNT"))
+
+
+def announce(run_dir: Path, status: str) -> None:
+    """Global rank 0: tell the other ranks of this launch whether it trains the run ("train") or not (the status it
+    returns). A no-op on the other ranks and outside a multi-task launch."""
+    key = launch_key()
+    if key is None or os.environ.get("SLURM_PROCID", "0") != "0":
+        return
+    from attnres.schema import atomic_write_bytes  # pyarrow, which this module otherwise avoids
+
+    atomic_write_bytes(Path(run_dir) / RANK_ZERO_FILE, f"{key} {status}\n".encode())
+
+
+def await_rank_zero(run_dir: Path, timeout_s: float = RANK_ZERO_TIMEOUT_S, poll_s: float = 0.5) -> str:
+    """Ranks > 0: what global rank 0 announced for this launch ("train" when it trains the run); "train" outside a
+    multi-task launch, where ranks > 0 exist only because rank 0 started them to train."""
+    key = launch_key()
+    if key is None:
+        return "train"
+    path = Path(run_dir) / RANK_ZERO_FILE
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            launch, _, status = path.read_text().strip().partition(" ")
+        except OSError:  # not written yet
+            launch = status = ""
+        if launch == key and status:
+            return status
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{path}: global rank 0 of {key} did not say within {timeout_s:.0f} s whether it trains this run; "
+                "its task log says why (it may have failed before deciding)"
+            )
+        time.sleep(poll_s)

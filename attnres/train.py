@@ -88,6 +88,8 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
     warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")  # a diverged step
     warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")  # resuming
+    # DDP: val_loss is already summed over the ranks (LitLM.on_validation_epoch_end), so sync_dist would add nothing
+    warnings.filterwarnings("ignore", message=".*self.log\\('val_loss', \\.\\.\\., sync_dist=True\\).*")
 
 
 def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
@@ -106,21 +108,30 @@ def train(
     check_same_run(cfg, run_dir)
     previous = schema.read_run_row(run_dir)
     if previous and previous["status"] == "done":
+        locks.announce(run_dir, "done")  # for a rank > 0 that read the row a moment before the run finished
         return RunResult(run_dir, "done", previous["step"], previous["val_loss"], trained=False)
     corpus, budget = prepare(cfg)
 
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
-    if rank_zero_only.rank != 0:  # DDP ranks > 0: no folder bookkeeping, just train
+    if rank_zero_only.rank != 0:  # DDP ranks > 0: no folder bookkeeping; train if (and only if) rank 0 does
+        world = cfg.runtime.devices * cfg.runtime.num_nodes
+        decided = locks.await_rank_zero(run_dir) if world > 1 else "train"
+        if decided != "train":
+            row = schema.read_run_row(run_dir) or {}
+            return RunResult(run_dir, decided, row.get("step", 0), row.get("val_loss"), trained=False)
         return _fit(cfg, run_dir, corpus, budget, False, callbacks)
     try:
         with run_lock(run_dir):
             finished = schema.read_run_row(run_dir)  # it may have finished while we waited for nothing but the lock
             if finished and finished["status"] == "done":
+                locks.announce(run_dir, "done")
                 return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
+            locks.announce(run_dir, "train")
             return _fit(cfg, run_dir, corpus, budget, progress, callbacks)
     except RunBusy:
+        locks.announce(run_dir, "busy")
         return RunResult(run_dir, "busy", previous["step"] if previous else 0, None, trained=False)
 
 

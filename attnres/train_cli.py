@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"run {cfg.run_id} -> {run_dir}")
     result = train(cfg, run_dir, progress=False if args.no_progress else None)
     if not result.trained:
-        why = "already done" if result.status == "done" else "being trained by another process"
+        why = {"done": "already done", "busy": "being trained by another process"}.get(
+            result.status, f"{result.status}: global rank 0 did not train it"
+        )
         print(f"nothing to do: {run_dir} is {why}")
     val = f", val_loss {result.val_loss:.4f} nats/token" if result.val_loss is not None else ""
     print(f"{result.status}: step {result.step}{val} ({run_dir})")

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from attnres import locks
 from attnres.config import ConfigError, RunConfig, from_dict
 
 SUBMITIT_DIR = ".submitit"
@@ -169,7 +170,8 @@ def merge_resources(grid_slurm: Mapping[str, Any], size_slurm: Mapping[str, Any]
 def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
     """The job function of every array task: train one run (resuming or skipping as needed).
 
-    Global rank 0 claims the run folder; the other DDP ranks only train (Lightning synchronises them).
+    Global rank 0 claims the run folder; the other DDP ranks train only if rank 0 does (it tells them through the
+    run folder, :func:`attnres.locks.announce`), and Lightning synchronises them.
     SIGUSR1 (the time-limit warning) checkpoints at the end of the current step and requeues the task
     (:mod:`sweeps.requeue`).
     """
@@ -181,6 +183,9 @@ def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     if rank == 0:
         outcome = train_claimed(cfg, run_dir, callbacks=callbacks)
+        # Busy, finished, or failed before it could train: the other ranks are waiting to hear it (after a
+        # training, they heard "train" at its start and this rewrite reaches nobody).
+        locks.announce(Path(run_dir), outcome.status)
         print(f"{cfg.run_id}: {outcome.status}" + (f" ({outcome.error})" if outcome.error else ""), flush=True)
         return dataclasses.asdict(outcome)
     from attnres.train import train

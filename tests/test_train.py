@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from attnres import AttnResLM, schema
+from attnres import AttnResLM, locks, schema
 from attnres.config import ConfigError, resolve_run_config
 from attnres.train import train
 from tests.conftest import TINY, needs_cxx
@@ -208,3 +208,64 @@ def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
     np.testing.assert_allclose(losses[True], losses[False], rtol=0, atol=1e-4)
     state = torch.load(tmp_path / "True" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert {k.removeprefix("model.") for k in state} == set(AttnResLM(cfg.model).state_dict())
+
+
+def test_the_ranks_of_a_slurm_launch_hear_what_rank_zero_decided(tmp_path, monkeypatch):
+    launch = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2"}
+    for name, value in launch.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    locks.announce(tmp_path, "train")  # only global rank 0 speaks
+    assert not (tmp_path / locks.RANK_ZERO_FILE).exists()
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    locks.announce(tmp_path, "busy")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    assert locks.await_rank_zero(tmp_path, timeout_s=5) == "busy"
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # a requeued launch must not act on the last one's word
+    with pytest.raises(TimeoutError, match="did not say"):
+        locks.await_rank_zero(tmp_path, timeout_s=0.5, poll_s=0.1)
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: nobody to wait for
+    assert locks.await_rank_zero(tmp_path, timeout_s=0) == "train"
+
+
+SLURM_LAUNCH = {  # what srun sets for a one-node, two-task step (the parts Lightning and attnres.locks read)
+    "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2",
+    "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost", "SLURM_JOB_NAME": "attnres",
+}
+
+
+def two_slurm_ranks(run_dir: Path, timeout: float = 120) -> list[str]:
+    """Train a tiny 2-device DDP run as the two tasks of a SLURM step would (on CPU); each rank's output."""
+    args = ["train", *TINY, "runtime.devices=2", "runtime.accelerator=cpu", "runtime.threads=1", "--out", str(run_dir), "--no-progress"]
+    ranks = [
+        subprocess.Popen(
+            [*ATTNRES, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **SLURM_LAUNCH, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    for rank, (p, out) in enumerate(zip(ranks, outputs)):
+        assert p.returncode == 0, (rank, out)
+    return outputs
+
+
+def test_two_slurm_ranks_train_one_run_with_ddp(tmp_path):
+    outputs = two_slurm_ranks(tmp_path / "run")
+    assert all(out.splitlines()[-1].startswith("done: step 49") for out in outputs), outputs
+    assert schema.read_run_row(tmp_path / "run")["status"] == "done"
+
+
+def test_when_rank_zero_finds_the_run_busy_the_other_slurm_ranks_stop_too(tmp_path):
+    """Rank 0 finds another process training the run and returns "busy"; rank 1 must too, instead of waiting at
+    DDP's rendezvous for a rank 0 that never comes (until the rendezvous times out, GPUs held)."""
+    run_dir = tmp_path / "run"
+    with locks.exclusive(run_dir / locks.TRAIN_LOCK_FILE) as ours:
+        assert ours
+        outputs = two_slurm_ranks(run_dir, timeout=60)
+    assert all(out.splitlines()[-1].startswith("busy") for out in outputs), outputs
+    assert not (run_dir / schema.RUN_FILE).exists()  # nobody trained
