@@ -23,8 +23,9 @@ Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous
 logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
 element-wise ops beats a batched matmul of tiny matrices on CPU and keeps the memory traffic minimal.
 Everything runs in at least fp32 (autocast is disabled inside), so the depth softmax is fp32 on any device.
-With ``Buffers.fused`` (``runtime.compile``), phase 1 and the merge hand their element-wise work to the
-torch.compile'd kernels of :mod:`attnres.depth_kernels` instead; the bookkeeping here stays the same.
+With ``Buffers.fused`` (``runtime.compile`` on GPU), phase 1 and the merge hand their element-wise work to the
+torch.compile'd kernels of :mod:`attnres.depth_kernels` instead; on CPU in fp32, to the C++ kernels of
+:mod:`attnres.depth_native`. The bookkeeping here stays the same.
 Shapes: B batch, T tokens, M slots (blocks + embedding), Q queries (L sublayers + final), D width, S block
 length, k completed slots.
 """
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from attnres import depth_kernels
+from attnres import depth_kernels, depth_native
 
 
 class Buffers:
@@ -92,6 +93,12 @@ class Buffers:
             self.value_grad[slot].zero_()
             self._unwritten.discard(slot)
         return self.value_grad[:slots]
+
+    def take_unwritten(self, slots: int) -> list[bool]:
+        """Which of ``value_grad[:slots]`` hold no gradient yet; the caller writes them (so they count as written)."""
+        fresh = [slot in self._unwritten for slot in range(slots)]
+        self._unwritten.difference_update(range(slots))
+        return fresh
 
     def value_grad_of(self, slot: int) -> Tensor | None:
         """What the readers of ``slot`` sent back, or None if none of them did."""
@@ -149,17 +156,24 @@ class Deposit(Function):
     ) -> Tensor:
         with _no_autocast(last):
             x = bufs.values[slot]
-            if prev is None:
-                x.copy_(last)
-            elif prev.dtype == x.dtype:
-                torch.add(prev, last, out=x)  # the block's sum is formed in its slot, never as its own tensor
+            if _native(bufs, last) and x.dtype == last.dtype and (prev is None or prev.dtype == last.dtype):
+                depth_native.ops().deposit_forward(
+                    last.new_empty(0) if prev is None else prev.flatten(0, 1).contiguous(),
+                    last.flatten(0, 1).contiguous(), u[first:].contiguous(), x.flatten(0, 1),
+                    bufs.inv_rms[slot].flatten(), bufs.logits[slot, first:].flatten(1), bufs.eps,
+                )
             else:
-                x.copy_(prev + last)  # bf16 sources: summed in bf16, as the reference sums them
-            r = bufs.inv_rms[slot]
-            r.copy_(_inv_rms(x, bufs.eps))
-            logits = bufs.logits[slot, first:]  # (Q - first, B, T)
-            torch.mm(u[first:].to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
-            logits.mul_(r)
+                if prev is None:
+                    x.copy_(last)
+                elif prev.dtype == x.dtype:
+                    torch.add(prev, last, out=x)  # the block's sum is formed in its slot, never as its own tensor
+                else:
+                    x.copy_(prev + last)  # bf16 sources: summed in bf16, as the reference sums them
+                r = bufs.inv_rms[slot]
+                r.copy_(_inv_rms(x, bufs.eps))
+                logits = bufs.logits[slot, first:]  # (Q - first, B, T)
+                torch.mm(u[first:].to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
+                logits.mul_(r)
         ctx.bufs, ctx.slot, ctx.first, ctx.summed = bufs, slot, first, prev is not None
         ctx.save_for_backward(u)
         return last.new_empty(0)
@@ -206,11 +220,10 @@ class Phase1(Function):
                 lse, weights = scores[:, 0].clone(), torch.ones_like(scores)
                 source = bufs.source0.to(bufs.values.dtype)
                 outs = [source.view_as(source) for _ in range(q1 - q0)]
-            elif _fused(bufs):
+            elif _fused(bufs) or _native(bufs, bufs.values):
                 s, (b, t, d) = q1 - q0, bufs.values.shape[1:]
-                lse, weights, *outs = depth_kernels.fused_phase1_forward(
-                    scores.reshape(s, k, b * t), bufs.values[:k].flatten(1, 2)
-                )
+                kernel = depth_kernels.fused_phase1_forward if _fused(bufs) else depth_native.ops().phase1_forward
+                lse, weights, *outs = kernel(scores.reshape(s, k, b * t), bufs.values[:k].flatten(1, 2))
                 lse, weights, outs = lse.view(s, b, t), weights.view(s, k, b, t), [o.view(b, t, d) for o in outs]
             else:
                 lse = scores.logsumexp(dim=1)  # (S, B, T)
@@ -238,6 +251,13 @@ class Phase1(Function):
                 )
                 for i, s in enumerate(present):
                     bufs.logit_grad[:k, q0 + s] += dlogits[i].view_as(weights[s])
+            elif present and _native(bufs, weights):
+                for s in present:
+                    depth_native.ops().slot_backward(
+                        douts[s].to(weights.dtype).flatten(0, 1).contiguous(), weights[s].flatten(1),
+                        bufs.values[:k].flatten(1, 2), bufs.value_grad[:k].flatten(1, 2),
+                        bufs.logit_grad[:k, q0 + s].flatten(1), bufs.take_unwritten(k),
+                    )
             else:
                 for s in present:
                     dots = _dots(bufs.values, k, douts[s])  # (k, B, T): <v_j, dout>
@@ -247,6 +267,11 @@ class Phase1(Function):
 
 def _fused(bufs: Buffers) -> bool:
     return bufs.fused and depth_kernels.available()
+
+
+def _native(bufs: Buffers, x: Tensor) -> bool:
+    """Run through :mod:`attnres.depth_native` (CPU, fp32), unless the compiled kernels were asked for."""
+    return not bufs.fused and depth_native.usable(x)
 
 
 def _slot_grads(
@@ -289,22 +314,39 @@ class Merge(Function):
         bufs: Buffers, query: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
         with _no_autocast(last):
-            p = last.view_as(last) if prev is None else prev + last  # the block's partial sum so far
-            pf, uf = p.to(out.dtype), u.to(out.dtype)
-            if _fused(bufs):
-                h, keep, r, logit = depth_kernels.fused_merge_forward(
-                    out.flatten(0, 1), pf.flatten(0, 1), uf, lse.flatten(), bufs.eps
+            if _native(bufs, last) and (prev is None or prev.dtype == last.dtype):
+                first = last.new_empty(0) if prev is None else prev.flatten(0, 1).contiguous()  # empty: p = last
+                h, keep, r, logit, p = depth_native.ops().merge_forward(
+                    out.flatten(0, 1).contiguous(), first, last.flatten(0, 1).contiguous(), u.contiguous(),
+                    lse.flatten(), bufs.eps,
                 )
-                h, keep, r, logit = h.view_as(pf), keep.view_as(lse), r.view_as(lse), logit.view_as(lse)
+                h, p = h.view_as(out), p.view_as(last)
+                keep, r, logit = keep.view_as(lse), r.view_as(lse), logit.view_as(lse)
             else:
-                r = _inv_rms(pf, bufs.eps)  # (B, T)
-                logit = (pf @ uf).mul_(r)  # (B, T)
-                keep = torch.sigmoid(lse - logit)  # weight of the completed blocks, (B, T)
-                h = torch.lerp(pf, out, keep.unsqueeze(-1))
+                h, keep, r, logit, p = Merge._forward(out, lse, prev, last, u, bufs)
         ctx.bufs, ctx.query, ctx.summed = bufs, query, prev is not None
         ctx.save_for_backward(p, u, weights, r, logit, keep)
         ctx.mark_non_differentiable(keep)
         return h, keep, p
+
+    @staticmethod
+    def _forward(
+        out: Tensor, lse: Tensor, prev: Tensor | None, last: Tensor, u: Tensor, bufs: Buffers
+    ) -> tuple[Tensor, ...]:
+        """The forward in torch ops, eager or through the compiled kernel (``bufs.fused``): h, keep, r, logit, p."""
+        p = last.view_as(last) if prev is None else prev + last  # the block's partial sum so far
+        pf, uf = p.to(out.dtype), u.to(out.dtype)
+        if _fused(bufs):
+            h, keep, r, logit = depth_kernels.fused_merge_forward(
+                out.flatten(0, 1), pf.flatten(0, 1), uf, lse.flatten(), bufs.eps
+            )
+            h, keep, r, logit = h.view_as(pf), keep.view_as(lse), r.view_as(lse), logit.view_as(lse)
+        else:
+            r = _inv_rms(pf, bufs.eps)  # (B, T)
+            logit = (pf @ uf).mul_(r)  # (B, T)
+            keep = torch.sigmoid(lse - logit)  # weight of the completed blocks, (B, T)
+            h = torch.lerp(pf, out, keep.unsqueeze(-1))
+        return h, keep, r, logit, p
 
     @staticmethod
     def backward(ctx: Any, dh: Tensor, _dkeep: Tensor, dp_later: Tensor) -> tuple[Tensor | None, ...]:
@@ -315,7 +357,15 @@ class Merge(Function):
             dh, pf, uf = dh.to(weights.dtype), p.to(weights.dtype), u.to(weights.dtype)
             dp_later = dp_later.to(weights.dtype)  # what p's later readers (a merge, the deposit) sent back
             k = weights.shape[0]
-            if _fused(bufs):
+            if _native(bufs, dh):
+                dp, du = depth_native.ops().merge_backward(
+                    dh.flatten(0, 1).contiguous(), pf.flatten(0, 1).contiguous(), dp_later.flatten(0, 1).contiguous(),
+                    uf.contiguous(), weights.flatten(1), bufs.values[:k].flatten(1, 2),
+                    bufs.written_value_grad(k).flatten(1, 2), r.flatten(), logit.flatten(), keep.flatten(),
+                    bufs.logit_grad[:k, ctx.query].flatten(1),
+                )
+                dp = dp.view_as(pf)
+            elif _fused(bufs):
                 dlogits, dp, du = depth_kernels.fused_merge_backward(
                     dh.flatten(0, 1), pf.flatten(0, 1), dp_later.flatten(0, 1), uf, weights.flatten(1),
                     bufs.values[:k].flatten(1, 2), bufs.written_value_grad(k).flatten(1, 2), r.flatten(),

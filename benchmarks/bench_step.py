@@ -3,6 +3,7 @@
     python benchmarks/bench_step.py                       # CPU, fp32, 2 threads, the README's table
     python benchmarks/bench_step.py --device cuda --dtype bf16 --sizes 1024x16 --variants baseline,block8
     python benchmarks/bench_step.py --compile             # every variant as runtime.compile=true trains it
+    python benchmarks/bench_step.py --sizes 256x8 --variants baseline,block4,block4-eager   # the CPU kernels' gain
 
 Every repeat times one training step (forward + backward + AdamW) of every variant in turn, rotating the
 order, and the ratio to the baseline is taken within each repeat before the median: shared machines drift,
@@ -12,7 +13,9 @@ memory is measured in a separate pass: on CUDA ``torch.cuda.max_memory_allocated
 parameters, gradients and optimizer state plus the peak of the step's allocations as recorded by the PyTorch
 profiler. ``depth ms`` times the depth mixing alone (forward + backward of the mixer, with each sublayer
 replaced by a cheap element-wise stand-in; with ``--compile`` on CUDA or with ``--fused-depth``, through the
-fused kernels of ``attnres.depth_kernels``).
+fused kernels of ``attnres.depth_kernels``). On CPU the depth attention runs through the C++ kernels of
+``attnres.depth_native`` where they build (the header says ``native=True``); a variant named with ``-eager``
+(``block4-eager``) runs it in torch ops instead, side by side with the others.
 """
 
 from __future__ import annotations
@@ -22,18 +25,25 @@ import json
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 
+from attnres import depth_native
 from attnres.config import ConfigError, ModelConfig
 from attnres.depth import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
 from attnres.system import pin_malloc
 
 
+EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.depth_native's CPU kernels
+
+
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
+    name = name.removesuffix(EAGER)
     if name.startswith("block"):
         return ModelConfig(
             n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual="block", n_blocks=int(name[5:])
@@ -50,12 +60,23 @@ class Runner:
     autocast: bool
 
     def step(self) -> None:
-        with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            logits = self.model(self.tokens[:, :-1])
-            loss = F.cross_entropy(logits.float().flatten(0, 1), self.tokens[:, 1:].flatten())
-        loss.backward()
+        with native_kernels(not self.name.endswith(EAGER)):
+            with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                logits = self.model(self.tokens[:, :-1])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), self.tokens[:, 1:].flatten())
+            loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+
+
+@contextmanager
+def native_kernels(enabled: bool) -> Iterator[None]:
+    """attnres.depth_native's CPU kernels on or off for the block (they are on by default where they build)."""
+    saved, depth_native.enabled = depth_native.enabled, enabled and depth_native.enabled
+    try:
+        yield
+    finally:
+        depth_native.enabled = saved
 
 
 def sync(device: torch.device) -> None:
@@ -95,17 +116,20 @@ def peak_bytes(runner: Runner, device: torch.device) -> int:
     return resident_bytes(runner) + peak
 
 
-def depth_only_time(cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype, fused: bool) -> callable:
+def depth_only_time(
+    cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype, fused: bool, native: bool = True
+) -> callable:
     """Forward + backward of the depth mixer alone; sublayer l is the stand-in ``v = h * c_l``."""
     mixer = build_mixer(cfg, fused=fused).to(device)
     scales = torch.linspace(0.5, 1.5, cfg.n_sublayers, device=device)
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype, requires_grad=True)
 
     def run() -> None:
-        state = mixer.start(x)
-        for layer in range(cfg.n_sublayers):
-            mixer.write(state, layer, mixer.read(state, layer) * scales[layer])
-        mixer.finish(state).float().square().mean().backward()
+        with native_kernels(native):
+            state = mixer.start(x)
+            for layer in range(cfg.n_sublayers):
+                mixer.write(state, layer, mixer.read(state, layer) * scales[layer])
+            mixer.finish(state).float().square().mean().backward()
 
     return run
 
@@ -129,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8, help="sequences per step")
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--variants", default="baseline,full,block2,block4,block8")
+    parser.add_argument(
+        "--variants", default="baseline,full,block2,block4,block8", help="-eager: without the native CPU kernels"
+    )
     parser.add_argument("--repeats", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="torch.compile every variant as runtime.compile=true")
@@ -145,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     if variants[0] != "baseline":
         parser.error("--variants must start with baseline (ratios are to the baseline)")
     for name in variants:
-        if name.startswith("block") and not name[5:].isdigit():
+        base = name.removesuffix(EAGER)
+        if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
     sizes = []
     for size in args.sizes.split(","):  # every model is checked before any is timed
@@ -171,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"device={device.type} dtype={args.dtype} threads={torch.get_num_threads()} batch={args.batch} "
         f"seq_len={args.seq_len} repeats={args.repeats} compile={args.compile} fused_depth={args.fused_depth} "
+        f"native={device.type == 'cpu' and depth_native.enabled and depth_native.ops() is not None} "
         f"torch={torch.__version__}"
     )
     for size, d_model, n_layer in sizes:
@@ -189,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             runners.append(Runner(name, model, opt, tokens, autocast))
             dtype = torch.bfloat16 if autocast else torch.float32
-            depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused=fused))
+            depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=not name.endswith(EAGER)))
         for runner, depth in zip(runners, depth_runs):
             for _ in range(args.warmup):
                 runner.step()
@@ -207,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratios[r.name].append(step_s[r.name][-1] / step_s["baseline"][-1])
         peaks = {r.name: peak_bytes(r, device) for r in runners}
         print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
-        print(f"{'variant':>10} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
+        print(f"{'variant':>12} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
         for r in runners:
             low, high = median_ci(ratios[r.name])
             row = {
@@ -224,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             results.append(row)
             print(
-                f"{r.name:>10} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
+                f"{r.name:>12} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
                 f"[{low:.3f}, {high:.3f}] {row['peak_mib']:9.1f} "
                 f"{row['peak_ratio']:7.3f} {row['depth_ms']:9.2f}"
             )

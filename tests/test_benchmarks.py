@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnres import AttnResLM, depth_native
 from benchmarks import bench_step
 
 
@@ -45,6 +46,23 @@ def test_side_by_side_run_reports_ratios_to_the_baseline(tmp_path, capsys):
         assert row["step_ms"] > 0 and row["peak_mib"] > 0 and row["depth_ms"] > 0
     assert rows["full"]["peak_ratio"] > 1.0  # the depth buffers cost memory, and the measurement sees them
     assert "95% CI" in capsys.readouterr().out
+
+
+def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
+    """``block2-eager`` is Block N = 2 with the depth attention in torch ops; ``block2`` uses the CPU kernels."""
+    seen: list[bool] = []
+    usable = depth_native.usable
+    monkeypatch.setattr(depth_native, "usable", lambda x: seen.append(depth_native.enabled) or usable(x))
+    tokens = torch.randint(0, 256, (2, 17))
+    default = depth_native.enabled
+    for name in ("block2-eager", "block2"):
+        cfg = bench_step.variant_config(name, 32, 2, 16, 2)
+        assert (cfg.residual, cfg.n_blocks) == ("block", 2)
+        model = AttnResLM(cfg)
+        seen.clear()
+        bench_step.Runner(name, model, torch.optim.AdamW(model.parameters()), tokens, False).step()
+        assert seen and set(seen) == {default and not name.endswith("-eager")}, name
+        assert depth_native.enabled == default  # switched back after the step
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnres import AttnResLM, ModelConfig, Recorder, depth_kernels
+from attnres import AttnResLM, ModelConfig, Recorder, depth_kernels, depth_native
 from attnres.config import ConfigError
 from attnres.counting import count_flops, count_params, depth_sources
 from tests.conftest import needs_cxx
@@ -193,13 +194,46 @@ def kernel_calls(monkeypatch) -> set[str]:
     return calls
 
 
+@pytest.fixture
+def native_calls(monkeypatch) -> set[str]:
+    """Names of the native kernels (attnres.depth_native) that ran, filled as the test runs."""
+    calls: set[str] = set()
+    real = depth_native.ops() if depth_native.enabled else None
+
+    class Spy:
+        def __getattr__(self, name):
+            def run(*args, _fn=getattr(real, name)):
+                calls.add(name)
+                return _fn(*args)
+
+            return run
+
+    if real is not None:
+        monkeypatch.setattr(depth_native, "ops", Spy)
+    return calls
+
+
+# How the two-phase computation runs on CPU: torch ops only ("eager", the native kernel switched off), with the
+# merges in the native kernel (what CPU training uses), or through the torch.compile'd kernels of
+# attnres.depth_kernels (what runtime.compile uses on GPU; compiled for CPU here).
+PATHS = pytest.mark.parametrize(
+    "path", ["eager", pytest.param("native", marks=needs_cxx), pytest.param("fused", marks=needs_cxx)]
+)
+
+
+@pytest.fixture
+def path_calls(path, monkeypatch, kernel_calls, native_calls) -> tuple[bool, set[str], set[str]]:
+    """Sets up ``path``; returns (fused, compiled kernels that ran, native kernels that ran)."""
+    monkeypatch.setattr(depth_native, "enabled", path == "native")
+    return path == "fused", kernel_calls, native_calls
+
+
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
 @pytest.mark.parametrize("scale", [1.0, 30.0])
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
-def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale, fused, kernel_calls):
-    """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1). ``fused``:
-    the element-wise work through the torch.compile'd kernels of attnres.depth_kernels (what runtime.compile
-    uses on GPU; compiled for CPU here)."""
+@PATHS
+def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale, path, path_calls):
+    """fp32, random weights; scale 30 saturates the depth softmax (phase-2 weights near 0 and 1)."""
+    fused, kernel_calls, native_calls = path_calls
     torch.manual_seed(0)
     cfg = small(residual, n_blocks)
     fast, ref = fast_and_reference(cfg, fused, scale=scale)
@@ -213,6 +247,9 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
     expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
     assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
+    native = {"deposit_forward", "phase1_forward", "slot_backward"}
+    native |= {"merge_forward", "merge_backward"} if merges else set()
+    assert native_calls == (native if path == "native" else set())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
@@ -232,23 +269,28 @@ def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_ca
 
 
 @pytest.mark.parametrize("layer", [3, 4, 6], ids=["block-start", "merge", "merge-late"])
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
-def test_gradients_from_an_inner_sublayer_match_the_reference(layer, fused):
+@PATHS
+def test_gradients_from_an_inner_sublayer_match_the_reference(layer, path, path_calls):
     """A loss on one sublayer's input h_l, not on the logits: the final aggregation and the later blocks get
     no gradient, so the first reader to run backward is a block's phase 1 or a merge, and some slots are
-    never read by anything that differentiates (the gradient buffers must not be assumed zero-filled)."""
+    never read by anything that differentiates (the gradient buffers must not be assumed zero-filled).
+    fp64 to rounding; fp32 for the native kernel, which runs in fp32 only."""
+    fused, _, native_calls = path_calls
+    fp32, fp64 = (torch.float32, {"rtol": 1e-4, "atol": 1e-5}), (torch.float64, {"rtol": 1e-10, "atol": 1e-12})
+    dtype, tol = fp32 if path == "native" else fp64
     torch.manual_seed(0)
     cfg = small("block", 3)  # 8 sublayers in blocks of 3, 3, 2: layer 3 starts block 1, 4 and 6 merge
-    fast, ref = fast_and_reference(cfg, fused, dtype=torch.float64)
+    fast, ref = fast_and_reference(cfg, fused, dtype=dtype)
     x = tokens(cfg)
-    probe = torch.randn(3, cfg.seq_len, cfg.d_model, dtype=torch.float64)
+    probe = torch.randn(3, cfg.seq_len, cfg.d_model, dtype=dtype)
     for model in (fast, ref):
         inputs, _ = capture(model, x)
         (inputs[layer] * probe).sum().backward()
+    assert ("merge_backward" in native_calls) == (path == "native")  # block 0 merges: every layer here reads it
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None:
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12, msg=name)
+            torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
 
 
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 2)])
@@ -419,3 +461,22 @@ def test_fused_kernels_fall_back_to_eager_with_one_warning(monkeypatch):
     assert len(caught) == 1 and "runtime.compile" in str(caught[0].message)
     assert not depth_kernels.available()  # the autograd functions now take their hand-written eager path
     torch.testing.assert_close(h, torch.lerp(p, out, keep.unsqueeze(-1)))
+
+
+def test_native_kernel_falls_back_to_eager_with_one_warning(monkeypatch):
+    """No compiler or no ninja: the build failure is reported once and the merges run in torch ops."""
+    from torch.utils import cpp_extension
+
+    def cannot_build(**kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions\nmore detail")
+
+    monkeypatch.setattr(cpp_extension, "load", cannot_build)
+    monkeypatch.setattr(depth_native, "ops", functools.cache(depth_native.ops.__wrapped__))  # a fresh, failing build
+    monkeypatch.setattr(depth_native, "enabled", True)
+    cfg = small("block", 3)
+    model = randomize_depth(AttnResLM(cfg))
+    with pytest.warns(RuntimeWarning, match="Ninja is required to load C.. extensions\\);") as caught:
+        model(tokens(cfg)).mean().backward()
+    assert len(caught) == 1 and "ATTNRES_NATIVE=0" in str(caught[0].message)
+    assert not depth_native.usable(torch.zeros(1))
+    assert torch.isfinite(model.depth.pseudo_query.grad).all()

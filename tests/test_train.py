@@ -236,7 +236,8 @@ SLURM_LAUNCH = {  # what srun sets for a one-node, two-task step (the parts Ligh
 
 def two_slurm_ranks(run_dir: Path, timeout: float = 120) -> list[str]:
     """Train a tiny 2-device DDP run as the two tasks of a SLURM step would (on CPU); each rank's output."""
-    args = ["train", *TINY, "runtime.devices=2", "runtime.accelerator=cpu", "runtime.threads=1", "--out", str(run_dir), "--no-progress"]
+    ddp = ["runtime.devices=2", "runtime.accelerator=cpu", "runtime.threads=1"]
+    args = ["train", *TINY, *ddp, "--out", str(run_dir), "--no-progress"]
     ranks = [
         subprocess.Popen(
             [*ATTNRES, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,0 +1,89 @@
+"""Phase 1 and the phase-2 merge of the depth attention as native CPU kernels (``depth_native.cpp``), built on use.
+
+On CPU the depth attention is bound by memory traffic: eager PyTorch makes about ten passes over (tokens, D)
+tensors per merge, and inside a training step most of them come from memory, not cache. The kernels read each
+token's rows once. torch.compile's fused kernels (:mod:`attnres.depth_kernels`) do the same math but measured no
+faster on CPU, so CPU training uses these and GPU training those. What they buy is measured by
+``benchmarks/bench_step.py --no-native`` against the default (README "Performance").
+
+It is compiled with ``torch.utils.cpp_extension`` the first time the depth attention runs on CPU in fp32 in a
+process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per machine type and torch version; later processes
+load the build). It needs a C++ compiler and ninja (a dependency of this package). If the build fails, one warning says why
+and the eager code of :mod:`attnres.depth_autograd` runs instead, with the same results to rounding.
+``ATTNRES_NATIVE=0`` turns the kernels off.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("depth_native.cpp")
+enabled = os.environ.get("ATTNRES_NATIVE", "1") != "0"  # tests and benchmarks switch it to compare with eager
+
+
+def usable(x: Tensor) -> bool:
+    """Whether the depth attention on ``x`` runs natively: a CPU fp32 tensor, the kernels on, and built."""
+    return enabled and x.device.type == "cpu" and x.dtype == torch.float32 and ops() is not None
+
+
+@functools.cache
+def ops() -> ModuleType | None:
+    """The compiled module, or None (after one warning) where it cannot be built."""
+    from torch.utils import cpp_extension
+
+    from attnres.data import cache_dir
+
+    try:
+        _ninja_on_path()
+        # -march=native: a build is tied to its CPU type, so a home folder shared by different nodes keeps one each
+        build = cache_dir() / "native" / f"torch-{torch.__version__}-{_cpu_tag()}"
+        build.mkdir(parents=True, exist_ok=True)
+        if not (build / "attnres_depth_native.so").exists():
+            print(f"attnres: building the native CPU depth-attention kernels in {build} (once, ~20 s)", file=sys.stderr)
+        openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []  # Apple's clang has no OpenMP
+        native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+        return cpp_extension.load(
+            name="attnres_depth_native", sources=[str(SOURCE)], build_directory=str(build),
+            extra_cflags=["-O3", *native, *openmp], extra_ldflags=openmp, verbose=False,
+        )
+    except Exception as err:  # no compiler, no ninja, a compile error: say so once, then run eagerly
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        warnings.warn(
+            f"attnres: could not build the native CPU depth-attention kernels ({type(err).__name__}: {first_line}); "
+            "using the eager depth attention instead (same results, slower). Set ATTNRES_NATIVE=0 to skip the attempt.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+
+
+def _ninja_on_path() -> None:
+    """torch's builder runs ``ninja`` from PATH; the pip package's binary is not there unless the venv is active."""
+    if shutil.which("ninja"):
+        return
+    import ninja  # the PyPI package (a dependency); its binary lives in ninja.BIN_DIR
+
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
+def _cpu_tag() -> str:
+    """A short name for this CPU type (its model and instruction-set flags)."""
+    text = platform.machine() + platform.processor()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        text += next((line for line in lines if line.startswith("model name")), "")
+        text += next((line for line in lines if line.startswith("flags")), "")
+    except OSError:
+        pass
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
