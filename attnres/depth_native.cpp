@@ -3,11 +3,11 @@
 // token's rows. (The deposit's backward stays in torch ops: it is mostly a (tokens, Q) x (Q, D) product, which BLAS
 // does better.)
 //
-// The math is that of attnres.depth_autograd's Phase1 and Merge, line for line (see there and docs/method.md).
-// Eager PyTorch runs it as ten or so separate passes over (tokens, D) tensors; here every token's rows are read once
-// and kept in L1 while all of its dot products and outputs are formed. Tokens are split over the threads by
-// at::parallel_for (PyTorch's own pool); a thread's share of du is summed in its own row, so the result does not
-// depend on timing.
+// The math is that of attnres.depth_autograd's Deposit, Phase1 and Merge, line for line (see there and
+// docs/method.md). Eager PyTorch runs it as ten or so separate passes over (tokens, D) tensors; here every token's
+// rows are read once and kept in L1 while all of its dot products and outputs are formed. Tokens are split over the
+// threads by at::parallel_for (PyTorch's own pool); a thread's share of du is summed in its own row, so the result
+// does not depend on timing.
 // Built on first use by attnres/depth_native.py (torch.utils.cpp_extension); no build step at install.
 
 #include <torch/extension.h>
