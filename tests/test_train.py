@@ -214,6 +214,7 @@ def test_the_ranks_of_a_slurm_launch_hear_what_rank_zero_decided(tmp_path, monke
     launch = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2"}
     for name, value in launch.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)  # (set if the tests themselves run in a requeued job)
     monkeypatch.setenv("SLURM_PROCID", "1")
     locks.announce(tmp_path, "train")  # only global rank 0 speaks
     assert not (tmp_path / locks.RANK_ZERO_FILE).exists()
