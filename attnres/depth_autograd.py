@@ -156,7 +156,7 @@ class Deposit(Function):
     ) -> Tensor:
         with _no_autocast(last):
             x = bufs.values[slot]
-            if _native(bufs, last) and x.dtype == last.dtype and (prev is None or prev.dtype == last.dtype):
+            if _native(bufs, x, prev, last):
                 depth_native.ops().deposit_forward(
                     last.new_empty(0) if prev is None else prev.flatten(0, 1).contiguous(),
                     last.flatten(0, 1).contiguous(), u[first:].contiguous(), x.flatten(0, 1),
@@ -269,9 +269,9 @@ def _fused(bufs: Buffers) -> bool:
     return bufs.fused and depth_kernels.available()
 
 
-def _native(bufs: Buffers, x: Tensor) -> bool:
-    """Run through :mod:`attnres.depth_native` (CPU, fp32), unless the compiled kernels were asked for."""
-    return not bufs.fused and depth_native.usable(x)
+def _native(bufs: Buffers, *tensors: Tensor | None) -> bool:
+    """Through :mod:`attnres.depth_native` (all ``tensors`` CPU fp32), unless the compiled kernels were asked for."""
+    return not bufs.fused and depth_native.usable(*tensors)
 
 
 def _slot_grads(
@@ -314,7 +314,7 @@ class Merge(Function):
         bufs: Buffers, query: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
         with _no_autocast(last):
-            if _native(bufs, last) and (prev is None or prev.dtype == last.dtype):
+            if _native(bufs, out, prev, last):
                 first = last.new_empty(0) if prev is None else prev.flatten(0, 1).contiguous()  # empty: p = last
                 h, keep, r, logit, p = depth_native.ops().merge_forward(
                     out.flatten(0, 1).contiguous(), first, last.flatten(0, 1).contiguous(), u.contiguous(),

@@ -8,8 +8,8 @@ faster on CPU, so CPU training uses these and GPU training those. What they buy 
 
 It is compiled with ``torch.utils.cpp_extension`` the first time the depth attention runs on CPU in fp32 in a
 process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per machine type and torch version; later processes
-load the build). It needs a C++ compiler and ninja (a dependency of this package). If the build fails, one warning says why
-and the eager code of :mod:`attnres.depth_autograd` runs instead, with the same results to rounding.
+load the build). It needs a C++ compiler and ninja (a dependency of this package). If the build fails, one warning
+says why and the eager code of :mod:`attnres.depth_autograd` runs instead, with the same results to rounding.
 ``ATTNRES_NATIVE=0`` turns the kernels off.
 """
 
@@ -32,9 +32,10 @@ SOURCE = Path(__file__).with_name("depth_native.cpp")
 enabled = os.environ.get("ATTNRES_NATIVE", "1") != "0"  # tests and benchmarks switch it to compare with eager
 
 
-def usable(x: Tensor) -> bool:
-    """Whether the depth attention on ``x`` runs natively: a CPU fp32 tensor, the kernels on, and built."""
-    return enabled and x.device.type == "cpu" and x.dtype == torch.float32 and ops() is not None
+def usable(*tensors: Tensor | None) -> bool:
+    """Whether work on these tensors runs natively: all CPU fp32 (None is skipped), the kernels on, and built."""
+    cpu_fp32 = all(x is None or (x.device.type == "cpu" and x.dtype == torch.float32) for x in tensors)
+    return enabled and cpu_fp32 and ops() is not None
 
 
 @functools.cache

@@ -52,7 +52,7 @@ def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
     """``block2-eager`` is Block N = 2 with the depth attention in torch ops; ``block2`` uses the CPU kernels."""
     seen: list[bool] = []
     usable = depth_native.usable
-    monkeypatch.setattr(depth_native, "usable", lambda x: seen.append(depth_native.enabled) or usable(x))
+    monkeypatch.setattr(depth_native, "usable", lambda *xs: seen.append(depth_native.enabled) or usable(*xs))
     tokens = torch.randint(0, 256, (2, 17))
     default = depth_native.enabled
     for name in ("block2-eager", "block2"):

@@ -213,8 +213,8 @@ def native_calls(monkeypatch) -> set[str]:
     return calls
 
 
-# How the two-phase computation runs on CPU: torch ops only ("eager", the native kernel switched off), with the
-# merges in the native kernel (what CPU training uses), or through the torch.compile'd kernels of
+# How the two-phase computation runs on CPU: torch ops only ("eager", the native kernels switched off), through the
+# C++ kernels of attnres.depth_native (what CPU training uses), or through the torch.compile'd kernels of
 # attnres.depth_kernels (what runtime.compile uses on GPU; compiled for CPU here).
 PATHS = pytest.mark.parametrize(
     "path", ["eager", pytest.param("native", marks=needs_cxx), pytest.param("fused", marks=needs_cxx)]
@@ -274,7 +274,7 @@ def test_gradients_from_an_inner_sublayer_match_the_reference(layer, path, path_
     """A loss on one sublayer's input h_l, not on the logits: the final aggregation and the later blocks get
     no gradient, so the first reader to run backward is a block's phase 1 or a merge, and some slots are
     never read by anything that differentiates (the gradient buffers must not be assumed zero-filled).
-    fp64 to rounding; fp32 for the native kernel, which runs in fp32 only."""
+    fp64 to rounding; fp32 for the native kernels, which run in fp32 only."""
     fused, _, native_calls = path_calls
     fp32, fp64 = (torch.float32, {"rtol": 1e-4, "atol": 1e-5}), (torch.float64, {"rtol": 1e-10, "atol": 1e-12})
     dtype, tol = fp32 if path == "native" else fp64
@@ -464,7 +464,7 @@ def test_fused_kernels_fall_back_to_eager_with_one_warning(monkeypatch):
 
 
 def test_native_kernel_falls_back_to_eager_with_one_warning(monkeypatch):
-    """No compiler or no ninja: the build failure is reported once and the merges run in torch ops."""
+    """No compiler or no ninja: the build failure is reported once and the depth attention runs in torch ops."""
     from torch.utils import cpp_extension
 
     def cannot_build(**kwargs):
