@@ -190,16 +190,29 @@ def _fit(
     if trainer.is_global_zero and not (run_dir / schema.RUN_FILE).exists():
         run_row.write(run_dir, status="running")
     try:
-        trainer.fit(lit, ckpt_path=latest_checkpoint(run_dir))
-    except BaseException as err:
-        if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
-            logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
-        raise
-    if lit.diverged:
-        status = "diverged"
-    elif trainer.global_step >= budget.steps:
-        status = "done"
-    else:
-        status = "running"  # stopped early by a signal (e.g. SLURM pre-emption): resumable
-    logger.flush(trainer, status=status, error=lit.diverged)
+        try:
+            trainer.fit(lit, ckpt_path=latest_checkpoint(run_dir))
+        except BaseException as err:
+            if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
+                logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
+            raise
+        if lit.diverged:
+            status = "diverged"
+        elif trainer.global_step >= budget.steps:
+            status = "done"
+        else:
+            status = "running"  # stopped early by a signal (e.g. SLURM pre-emption): resumable
+        logger.flush(trainer, status=status, error=lit.diverged)
+    finally:
+        _end_process_group()
     return RunResult(run_dir, status, trainer.global_step, logger.last["val_loss"], trained=True)
+
+
+def _end_process_group() -> None:
+    """DDP: end the process group now. Lightning leaves it to interpreter exit, and gloo's threads then still run
+    while the interpreter tears down, which can abort a process whose run finished (-6, "terminate called without
+    an active exception"; seen once in a rank > 0 of the DDP test)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
