@@ -107,6 +107,7 @@ class RunLogger(L.Callback):
         self._batch_t0 = self._eval_t0 = 0.0
         self._last_train_row = (0, 0.0)  # (step, train_s) of the previous train row
         self.last = {"train_loss": None, "val_loss": None, "val_bpb": None}
+        self._reloaded = False
 
     # ---- checkpointed state: time spent so far
     def state_dict(self) -> dict[str, Any]:
@@ -123,17 +124,21 @@ class RunLogger(L.Callback):
         tokens = step * self.run_row.budget.batch_tokens
         return {"step": step, "tokens": tokens}
 
-    # ---- hooks
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        step = trainer.global_step  # after any checkpoint restore
+    def _reload(self, step: int) -> None:
+        """Take back the rows written by earlier attempts up to ``step`` (the restored checkpoint's)."""
+        self._reloaded = True
         keep = lambda rows: [r for r in rows if r["step"] <= step]  # noqa: E731
         self.metrics = keep(read_rows(self.run_dir / schema.METRICS_FILE))
         self.layers = keep(read_rows(self.run_dir / schema.LAYERS_FILE))
         self.depth = keep(read_rows(self.run_dir / schema.DEPTH_ATTN_FILE))
         self._last_train_row = (step, self.train_s)
-        for row in reversed(self.metrics):
-            if row["split"] == "val" and self.last["val_loss"] is None:
-                self.last.update(val_loss=row["loss"], val_bpb=row["bpb"])
+        latest = lambda split: next((r for r in reversed(self.metrics) if r["split"] == split), {})  # noqa: E731
+        train_row, val_row = latest("train"), latest("val")
+        self.last = {"train_loss": train_row.get("loss"), "val_loss": val_row.get("loss"), "val_bpb": val_row.get("bpb")}
+
+    # ---- hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._reload(trainer.global_step)  # after any checkpoint restore
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._batch_t0 = time.perf_counter()
@@ -220,6 +225,10 @@ class RunLogger(L.Callback):
         """Rewrite every file of the run folder from the rows in memory (atomically, file by file)."""
         if not trainer.is_global_zero:
             return
+        if not self._reloaded:
+            # Lightning skips training (and on_train_start) when the restored checkpoint is already at max_steps:
+            # a kill after the last checkpoint but before the final flush. Without this the files would be emptied.
+            self._reload(trainer.global_step)
         uniq = lambda rows, key: list({tuple(r[k] for k in key): r for r in rows}.values())  # noqa: E731
         self.metrics = sorted(uniq(self.metrics, ("step", "split")), key=lambda r: (r["step"], r["split"]))
         self.layers = uniq(self.layers, ("step", "layer", "kind"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,6 +143,26 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     rb = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
     assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
 
+
+
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the run folder is a copy of tiny_run
+def test_a_kill_after_the_last_checkpoint_but_before_the_final_write_keeps_every_row(tmp_path, tiny_run):
+    """The last checkpoint is saved at max_steps, then the run row is marked done: a kill in between leaves a
+    `running` row and a finished checkpoint. Lightning then skips training (and on_train_start) on resume; the
+    run must still come out `done` with its losses and logs (it once came out with val_loss None and empty files)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    before = {name: pd.read_parquet(run_dir / name) for name in (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)}
+    row = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([{**row, "status": "running"}], schema.RUN_SCHEMA))
+
+    result = train(resolve_run_config(None, TINY), run_dir, progress=False)
+    assert result.status == "done" and result.val_loss == row["val_loss"]
+    after = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    for field in ("status", "step", "val_loss", "val_bpb", "train_loss", "tokens_per_s", "wall_s"):
+        assert after[field] == row[field], field
+    for name, table in before.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
 
 # ------------------------------------------------------------------------------------------ the CLI
 
