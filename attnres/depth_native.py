@@ -3,14 +3,14 @@
 On CPU the depth attention is bound by memory traffic: eager PyTorch makes about ten passes over (tokens, D)
 tensors per merge, and inside a training step most of them come from memory, not cache. The kernels read each
 token's rows once. torch.compile's fused kernels (:mod:`attnres.depth_kernels`) do the same math but measured no
-faster on CPU, so CPU training uses these and GPU training those. What they buy is measured by
-``benchmarks/bench_step.py --no-native`` against the default (README "Performance").
+faster on CPU, so CPU training uses these and GPU training those. What they buy is measured by the ``-eager``
+variants of ``benchmarks/bench_step.py`` (README "Performance").
 
 It is compiled with ``torch.utils.cpp_extension`` the first time the depth attention runs on CPU in fp32 in a
 process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per machine type and torch version; later processes
 load the build). It needs a C++ compiler and ninja (a dependency of this package). If the build fails, one warning
 says why and the eager code of :mod:`attnres.depth_autograd` runs instead, with the same results to rounding.
-``ATTNRES_NATIVE=0`` turns the kernels off.
+``ATTNRES_NATIVE=0`` turns the kernels off. A local sweep builds them up front (:func:`build_for`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,13 @@ import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from attnres.config import RunConfig
 
 SOURCE = Path(__file__).with_name("depth_native.cpp")
 enabled = os.environ.get("ATTNRES_NATIVE", "1") != "0"  # tests and benchmarks switch it to compare with eager
@@ -36,6 +40,22 @@ def usable(*tensors: Tensor | None) -> bool:
     """Whether work on these tensors runs natively: all CPU fp32 (None is skipped), the kernels on, and built."""
     cpu_fp32 = all(x is None or (x.device.type == "cpu" and x.dtype == torch.float32) for x in tensors)
     return enabled and cpu_fp32 and ops() is not None
+
+
+def build_for(runs: Iterable[RunConfig]) -> None:
+    """Build the kernels now if any of ``runs`` will use them (AttnRes on CPU).
+
+    A launcher calls this before it starts its workers, so that a fresh cache's one-time build is announced on
+    its console, rather than in the first workers' logs while the sweep seems to stall.
+    """
+    from attnres.config import ATTNRES
+
+    def on_cpu(cfg: RunConfig) -> bool:
+        accelerator = cfg.runtime.accelerator
+        return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+
+    if enabled and any(cfg.model.residual in ATTNRES and on_cpu(cfg) for cfg in runs):
+        ops()
 
 
 @functools.cache

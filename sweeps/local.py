@@ -172,6 +172,7 @@ def run_local(
     ``threads``: torch threads per worker (default: cores // workers). Runs that are done or diverged are
     skipped; interrupted ones resume from their checkpoint; failed ones are tried again.
     """
+    from attnres import depth_native
     from attnres.train import run_dir_for
 
     results = Path(results)
@@ -192,6 +193,7 @@ def run_local(
         return SweepSummary(sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped)
 
     runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
+    depth_native.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
     bar = _progress(len(runs), skipped, sweep, progress)
     deferred: dict[int, float] = {}  # run index -> when it was found busy
     pool: list[_Worker] = []

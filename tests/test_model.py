@@ -480,3 +480,23 @@ def test_native_kernel_falls_back_to_eager_with_one_warning(monkeypatch):
     assert len(caught) == 1 and "ATTNRES_NATIVE=0" in str(caught[0].message)
     assert not depth_native.usable(torch.zeros(1))
     assert torch.isfinite(model.depth.pseudo_query.grad).all()
+
+
+@pytest.mark.parametrize(
+    "overrides, builds",
+    [
+        ([], True),  # Block AttnRes on this (CPU-only) machine
+        (["model.residual=baseline"], False),  # no depth attention
+        (["model.residual=full", "runtime.accelerator=gpu"], False),  # the GPU takes the compiled kernels
+    ],
+)
+def test_a_launcher_builds_the_native_kernels_only_for_runs_that_use_them(monkeypatch, overrides, builds):
+    from attnres.config import resolve_run_config
+
+    calls = []
+    monkeypatch.setattr(depth_native, "ops", lambda: calls.append(1))
+    monkeypatch.setattr(depth_native, "enabled", True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    baseline = resolve_run_config(None, ["model.residual=baseline"])
+    depth_native.build_for([baseline, resolve_run_config(None, overrides)])
+    assert calls == ([1] if builds else [])
