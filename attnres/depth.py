@@ -243,11 +243,13 @@ class ReferenceAttnRes(_AttnResBase):
     def attend(self, sources: list[Tensor], query: int) -> Tensor:
         values = torch.stack(sources)  # (n, B, T, D)
         gain = 1.0 if self.key_gain is None else self.key_gain[query]
-        values = at_least_fp32(values)
-        keys = F.rms_norm(values, (values.shape[-1],), eps=self.eps) * gain  # (n, B, T, D)
-        logits = torch.einsum("nbtd,d->nbt", keys, at_least_fp32(self.pseudo_query[query]))  # (n, B, T)
-        alpha = torch.softmax(logits, dim=0)  # over sources, fp32, no scaling
-        return torch.einsum("nbt,nbtd->btd", alpha, values).to(sources[0].dtype)
+        # fp32 throughout, as the two-phase path: autocast would run the einsums in bf16
+        with torch.autocast(values.device.type, enabled=False):
+            values = at_least_fp32(values)
+            keys = F.rms_norm(values, (values.shape[-1],), eps=self.eps) * gain  # (n, B, T, D)
+            logits = torch.einsum("nbtd,d->nbt", keys, at_least_fp32(self.pseudo_query[query]))  # (n, B, T)
+            alpha = torch.softmax(logits, dim=0)  # over sources, no scaling
+            return torch.einsum("nbt,nbtd->btd", alpha, values).to(sources[0].dtype)
 
     def read(self, state: DepthState, layer: int) -> Tensor:
         return self.attend(self.sources(state), layer)

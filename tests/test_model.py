@@ -324,6 +324,37 @@ def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
         assert abs(weights.sum().item() - 1) < 1e-5
 
 
+
+@pytest.mark.gpu  # deselected by default (pyproject: -m 'not gpu'); `pytest -m gpu` where a CUDA GPU is visible
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_two_phase_matches_the_reference_on_cuda(residual, n_blocks, fused, kernel_calls, device="cuda"):
+    """The GPU path: the compiled kernels through Triton, in fp32 (to rounding) and under bf16 autocast (what
+    training uses there: its error from the fp32 reference must be no larger than the direct formula's own).
+    CI has no GPU; run where one is lent (README "Performance")."""
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    fast, ref = (m.to(device) for m in fast_and_reference(cfg, fused))
+    x, target = tokens(cfg).to(device), tokens(cfg, seed=1).to(device)
+
+    def run(model: AttnResLM, bf16: bool) -> list[torch.Tensor]:
+        """The logits and every parameter's gradient, in fp32."""
+        model.zero_grad()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            F.cross_entropy(logits.flatten(0, 1).float(), target.flatten()).backward()
+        return [logits.float(), *(p.grad.float() for p in model.parameters())]
+
+    names = ["logits", *(n for n, _ in fast.named_parameters())]
+    exact = run(ref, bf16=False)
+    for name, a, b in zip(names, run(fast, bf16=False), exact):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+    error = lambda got: [((g - e).norm() / e.norm()).item() for g, e in zip(got, exact)]  # noqa: E731
+    for name, fast_error, ref_error in zip(names, error(run(fast, bf16=True)), error(run(ref, bf16=True))):
+        assert fast_error <= 2 * ref_error + 1e-3, (name, fast_error, ref_error)
+    assert bool(kernel_calls) == fused
+
 # -------------------------------------------------------------------------------------------- diagnostics
 
 
