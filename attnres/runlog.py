@@ -2,8 +2,9 @@
 
 Rows are kept in memory and every file is rewritten atomically at each evaluation and at the end (they are
 small). On resume, rows from steps after the restored checkpoint are dropped, because those steps are
-trained again; rows are unique per (step, split) / (step, layer, kind) / (step, query, source), the latest
-kept. Only global rank 0 writes.
+trained again; a failure before training starts leaves the rows of earlier attempts as they are. Rows are
+unique per (step, split) / (step, layer, kind) / (step, query, source), the latest kept. Only global rank 0
+writes.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class RunLogger(L.Callback):
         self._batch_t0 = self._eval_t0 = 0.0
         self._last_train_row = (0, 0.0)  # (step, train_s) of the previous train row
         self.last = {"train_loss": None, "val_loss": None, "val_bpb": None}
-        self._reloaded = False
+        self._restored_step: int | None = None  # the step of the checkpoint Lightning restored, once it has
+        self._reloaded = False  # whether the rows of earlier attempts are in memory
 
     # ---- checkpointed state: time spent so far
     def state_dict(self) -> dict[str, Any]:
@@ -124,19 +126,22 @@ class RunLogger(L.Callback):
         tokens = step * self.run_row.budget.batch_tokens
         return {"step": step, "tokens": tokens}
 
-    def _reload(self, step: int) -> None:
-        """Take back the rows written by earlier attempts up to ``step`` (the restored checkpoint's)."""
+    def _reload(self, step: int | None) -> None:
+        """Take back the rows written by earlier attempts up to ``step`` (the restored checkpoint's; None: all)."""
         self._reloaded = True
-        keep = lambda rows: [r for r in rows if r["step"] <= step]  # noqa: E731
+        keep = lambda rows: [r for r in rows if step is None or r["step"] <= step]  # noqa: E731
         self.metrics = keep(read_rows(self.run_dir / schema.METRICS_FILE))
         self.layers = keep(read_rows(self.run_dir / schema.LAYERS_FILE))
         self.depth = keep(read_rows(self.run_dir / schema.DEPTH_ATTN_FILE))
-        self._last_train_row = (step, self.train_s)
+        self._last_train_row = (step or 0, self.train_s)
         latest = lambda split: next((r for r in reversed(self.metrics) if r["split"] == split), {})  # noqa: E731
         train_row, val_row = latest("train"), latest("val")
         self.last = {"train_loss": train_row.get("loss"), "val_loss": val_row.get("loss"), "val_bpb": val_row.get("bpb")}
 
     # ---- hooks
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        self._restored_step = checkpoint["global_step"]  # trainer.global_step still reads 0 until training starts
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reload(trainer.global_step)  # after any checkpoint restore
 
@@ -226,9 +231,10 @@ class RunLogger(L.Callback):
         if not trainer.is_global_zero:
             return
         if not self._reloaded:
-            # Lightning skips training (and on_train_start) when the restored checkpoint is already at max_steps:
-            # a kill after the last checkpoint but before the final flush. Without this the files would be emptied.
-            self._reload(trainer.global_step)
+            # Training never started: it failed while being set up (the files keep every row up to the checkpoint,
+            # or all of them when the checkpoint was not read yet), or Lightning skipped it because the checkpoint
+            # is at max_steps (a kill after the last checkpoint, before the final write).
+            self._reload(self._restored_step)
         uniq = lambda rows, key: list({tuple(r[k] for k in key): r for r in rows}.values())  # noqa: E731
         self.metrics = sorted(uniq(self.metrics, ("step", "split")), key=lambda r: (r["step"], r["split"]))
         self.layers = uniq(self.layers, ("step", "layer", "kind"))
@@ -237,7 +243,8 @@ class RunLogger(L.Callback):
         schema.write_table(self.run_dir / schema.LAYERS_FILE, schema.to_table(self.layers, schema.LAYERS_SCHEMA))
         if self.cfg.model.residual != "baseline":
             schema.write_table(self.run_dir / schema.DEPTH_ATTN_FILE, schema.to_table(self.depth, schema.DEPTH_ATTN_SCHEMA))
-        step = trainer.global_step
+        # a failure in set-up: the step the earlier attempts' logs (and so the checkpoint) reached
+        step = max([trainer.global_step, *(r["step"] for r in self.metrics[-1:])])
         self.run_row.write(
             self.run_dir,
             status=status,

@@ -164,6 +164,39 @@ def test_a_kill_after_the_last_checkpoint_but_before_the_final_write_keeps_every
     for name, table in before.items():
         pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
 
+
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the run folder is a copy of tiny_run
+@pytest.mark.parametrize("hook", ["setup", "configure_optimizers"], ids=["before-restore", "after-model-restore"])
+def test_a_failure_before_training_resumes_keeps_the_logs_of_earlier_attempts(tmp_path, tiny_run, monkeypatch, hook):
+    """An error while the resumed run is set up (before Lightning restores the checkpoint, or after it restored
+    the weights but not yet the step, e.g. out of GPU memory) marks the run failed and leaves its logs as
+    they were, so the next attempt resumes with its history (it once emptied the metric files)."""
+    from attnres.lit import LitLM
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    files = (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)
+    before = {name: pd.read_parquet(run_dir / name) for name in files}
+    row = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([{**row, "status": "running"}], schema.RUN_SCHEMA))
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LitLM, hook, fail)
+        with pytest.raises(RuntimeError, match="simulated"):
+            train(resolve_run_config(None, TINY), run_dir, progress=False)
+    failed = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    assert failed["status"] == "failed" and "simulated" in failed["error"] and failed["step"] == row["step"]
+    for name, table in before.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+
+    result = train(resolve_run_config(None, TINY), run_dir, progress=False)
+    assert result.status == "done" and result.val_loss == row["val_loss"]
+    for name, table in before.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+
 # ------------------------------------------------------------------------------------------ the CLI
 
 
