@@ -159,11 +159,13 @@ class LitLM(L.LightningModule):
         """Per-sublayer magnitudes and depth-attention weights on a fixed slice of the validation set."""
         windows = torch.from_numpy(self.val_windows()[:DIAGNOSTIC_WINDOWS]).to(self.device)
         recorder = Recorder()
-        was_training = self.model.training
-        self.model.eval()
+        # uncompiled (runtime.compile wraps the baseline whole): the recorder's .item() calls would break the graph
+        model = getattr(self.model, "_orig_mod", self.model)
+        was_training = model.training
+        model.eval()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.trainer.precision == "bf16-mixed"):
-            self.model(windows[:, :-1], recorder=recorder)
-        self.model.train(was_training)
+            model(windows[:, :-1], recorder=recorder)
+        model.train(was_training)
         return recorder
 
     # ------------------------------------------------------------------------------------- optimizer

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# The GPU checks of the performance issue, as one script sized for a short loan of a GPU machine (~6 minutes on
-# one H200 once Python is up): the two-phase depth attention against the reference on CUDA (eager and compiled,
-# fp32 and bf16 autocast), then step time and peak memory in bf16 at d_model 1024, eager and compiled.
+# The GPU checks of the performance issue, as one script sized for a short loan of a GPU machine (each stage has
+# its own time limit; 15 minutes at most, less when the compiles are quick):
+#   tests           the two-phase depth attention against the reference on CUDA (`pytest -m gpu`: eager and
+#                   compiled, fp32 and bf16 autocast);
+#   bench-eager     step time and peak memory in bf16 at d_model 1024 x 16 layers, side by side (bench_step.py);
+#   bench-compiled  the same with --compile (the fused depth kernels through Triton);
+#   train           `attnres train` of the baseline and Block N=8 (bf16-mixed, compiled), tokens/s side by side
+#                   (benchmarks/train_side_by_side.py).
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]          # logs and JSON into OUT_DIR (default: gpu-check/)
 #
-# Needs torch (CUDA), pytest and pyyaml; lightning and the rest are not imported. Runs from a plain checkout:
-# PYTHONPATH points at it, nothing is installed. Each stage has its own time limit, so a slow compile does not
-# take the others with it. DEVICE=cpu SIZES=64x2 BATCH=2 SEQ=64 tries the script itself on a machine without GPU.
+# Needs torch (CUDA), pytest, pyyaml, lightning, pandas and pyarrow (not optuna or submitit). Runs from a plain
+# checkout: PYTHONPATH points at it, nothing is installed. A slow stage does not take the others with it.
+# To try the script itself on a machine without a GPU:
+#   DEVICE=cpu SIZES=64x4 BATCH=2 SEQ=64 TRAIN_MODEL="model.d_model=64 model.n_layer=4 model.seq_len=64" \
+#   TRAIN_TOKENS=40000 bash benchmarks/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
@@ -18,6 +25,8 @@ device=${DEVICE:-cuda}
 sizes=${SIZES:-1024x16}
 batch=${BATCH:-16}
 seq=${SEQ:-1024}
+train_model=${TRAIN_MODEL:-model.d_model=1024 model.n_layer=16 model.n_head=16 model.seq_len=1024}
+train_tokens=${TRAIN_TOKENS:-2000000}
 status=0
 
 stage() {  # stage NAME LIMIT_S COMMAND...: run, log to OUT/NAME.log, remember a failure
@@ -39,4 +48,9 @@ stage bench-eager 120 "$python" "${bench[@]}" --variants baseline,full,block4,bl
     --json "$out/bench-eager.json"
 stage bench-compiled 300 "$python" "${bench[@]}" --variants baseline,block8 --repeats 20 --compile \
     --json "$out/bench-compiled.json"
+accelerator=gpu
+[ "$device" = cuda ] || accelerator=cpu
+# shellcheck disable=SC2086  # train_model is a list of overrides
+stage train 240 "$python" benchmarks/train_side_by_side.py --variants baseline,block8 --accelerator $accelerator \
+    $train_model train.batch_size="$batch" train.tokens="$train_tokens" runtime.compile=true
 exit $status

@@ -83,3 +83,26 @@ def test_bad_arguments_are_rejected_before_anything_is_timed(argv, fragment, cap
         bench_step.main(argv)
     assert exit_info.value.code == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_training_side_by_side_trains_each_variant_and_compares_their_throughput(tmp_path, capsys):
+    from benchmarks import train_side_by_side
+
+    argv = ["--variants", "baseline,block2", "--accelerator", "cpu", "--out", str(tmp_path), "model.n_layer=2",
+            "model.d_model=32", "model.n_head=2", "model.seq_len=32", "train.batch_size=4", "train.tokens=8000"]
+    assert train_side_by_side.main(argv) == 0
+    printed = capsys.readouterr().out
+    for name in ("baseline", "block2"):
+        run, rate = train_side_by_side.train_rate(tmp_path / name)
+        assert run.status == "done" and run.device == "cpu" and rate > 0
+        assert f"{name}: done, step {run.step}" in printed
+    assert run.variant == "block" and run.n_blocks == 2  # the last run read: the overrides reached it
+    assert "block2 step time / baseline's: " in printed
+
+
+def test_training_side_by_side_rejects_an_unknown_variant(capsys):
+    from benchmarks import train_side_by_side
+
+    with pytest.raises(SystemExit):
+        train_side_by_side.main(["--variants", "baseline,blockx"])
+    assert "--variants: 'blockx' is not baseline, full or blockN" in capsys.readouterr().err
