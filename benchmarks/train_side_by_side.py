@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in variants:
         if not (name in ("baseline", "full") or (name.startswith("block") and name[5:].isdigit())):
             parser.error(f"--variants: {name!r} is not baseline, full or blockN (e.g. block8)")
-    common = [*overrides, "train.eval_interval=1000000000", "train.log_interval=5", f"runtime.accelerator={args.accelerator}"]
+    # one evaluation, at the end; the caller's overrides may change these, the variant's come last
+    common = ["train.eval_interval=1000000000", "train.log_interval=5", f"runtime.accelerator={args.accelerator}", *overrides]
 
     with tempfile.TemporaryDirectory(prefix="attnres-side-by-side-") as tmp:
         root = Path(args.out or tmp)
