@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks of the performance issue, as one script sized for a short loan of a GPU machine (each stage has
-# its own time limit; 15 minutes at most, less when the compiles are quick):
+# The GPU checks of the performance issue, as one script sized for a short loan of a GPU machine: each stage has
+# its own time limit, 9 minutes in all, so that the script fits one 10-minute command:
 #   tests           the two-phase depth attention against the reference on CUDA (`pytest -m gpu`: eager and
 #                   compiled, fp32 and bf16 autocast);
 #   bench-eager     step time and peak memory in bf16 at d_model 1024 x 16 layers, side by side (bench_step.py);
@@ -41,16 +41,16 @@ stage() {  # stage NAME LIMIT_S COMMAND...: run, log to OUT/NAME.log, remember a
 "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
       torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU visible")' | tee "$out/env.log"
 if [ "$device" = cuda ]; then
-    stage tests 240 "$python" -m pytest -q -m gpu -p no:cacheprovider tests/test_model.py
+    stage tests 120 "$python" -m pytest -q -m gpu -p no:cacheprovider tests/test_model.py
 fi
 bench=(benchmarks/bench_step.py --device "$device" --dtype bf16 --sizes "$sizes" --batch "$batch" --seq-len "$seq")
-stage bench-eager 120 "$python" "${bench[@]}" --variants baseline,full,block4,block8 --repeats 20 \
+stage bench-eager 80 "$python" "${bench[@]}" --variants baseline,full,block4,block8 --repeats 20 \
     --json "$out/bench-eager.json"
-stage bench-compiled 300 "$python" "${bench[@]}" --variants baseline,block8 --repeats 20 --compile \
+stage bench-compiled 180 "$python" "${bench[@]}" --variants baseline,block8 --repeats 20 --compile \
     --json "$out/bench-compiled.json"
 accelerator=gpu
 [ "$device" = cuda ] || accelerator=cpu
 # shellcheck disable=SC2086  # train_model is a list of overrides
-stage train 240 "$python" benchmarks/train_side_by_side.py --variants baseline,block8 --accelerator $accelerator \
+stage train 150 "$python" benchmarks/train_side_by_side.py --variants baseline,block8 --accelerator $accelerator \
     $train_model train.batch_size="$batch" train.tokens="$train_tokens" runtime.compile=true
 exit $status
