@@ -49,12 +49,9 @@ def build_for(runs: Iterable[RunConfig]) -> None:
     its console, rather than in the first workers' logs while the sweep seems to stall.
     """
     from attnres.config import ATTNRES
+    from attnres.system import uses_gpu
 
-    def on_cpu(cfg: RunConfig) -> bool:
-        accelerator = cfg.runtime.accelerator
-        return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-
-    if enabled and any(cfg.model.residual in ATTNRES and on_cpu(cfg) for cfg in runs):
+    if enabled and any(cfg.model.residual in ATTNRES and not uses_gpu(cfg.runtime) for cfg in runs):
         ops()
 
 

@@ -9,6 +9,17 @@ import subprocess
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnres.config import RuntimeConfig
+
+
+def uses_gpu(runtime: RuntimeConfig) -> bool:
+    """Whether a run with these settings trains on a GPU: ``accelerator=gpu``, or ``auto`` with one visible."""
+    import torch
+
+    return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
 
 
 def pin_malloc() -> None:

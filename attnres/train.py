@@ -145,11 +145,11 @@ def _fit(
     from attnres.lit import LitLM
     from attnres.model import compile_model
     from attnres.runlog import RunLogger, RunRow
-    from attnres.system import pin_malloc
+    from attnres.system import pin_malloc, uses_gpu
 
     _quiet_lightning()
     rt = cfg.runtime
-    gpu = rt.accelerator == "gpu" or (rt.accelerator == "auto" and torch.cuda.is_available())
+    gpu = uses_gpu(rt)
     precision = rt.precision if rt.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
     if not gpu:
         pin_malloc()
