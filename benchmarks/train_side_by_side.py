@@ -7,7 +7,8 @@ Where ``bench_step.py`` times one step of bare models, this runs what a sweep ru
 data, logging and checkpoints), one variant after the other, each in its own process and folder, and compares
 the training throughput each logged over the second half of its run (compiled and warm by then). Runs are
 sequential, not interleaved, so on a shared, noisy CPU prefer ``bench_step.py``; on a GPU of one's own this is the
-end-to-end check. Extra arguments are config overrides for every variant (``attnres train --help``).
+end-to-end check. Extra arguments are ``key=value`` config overrides for every variant (``attnres train --help``),
+checked for every variant before the first one trains.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+
+from attnres.config import ConfigError, resolve_run_config
 
 
 def variant_overrides(name: str) -> list[str]:
@@ -46,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--variants: {name!r} is not baseline, full or blockN (e.g. block8)")
     # one evaluation, at the end; the caller's overrides may change these, the variant's come last
     common = ["train.eval_interval=1000000000", "train.log_interval=5", f"runtime.accelerator={args.accelerator}", *overrides]
+    for name in variants:  # every variant's config is checked before the first one trains
+        try:
+            resolve_run_config(None, [*common, *variant_overrides(name)])
+        except ConfigError as err:
+            parser.error(f"{name}: {err}")
 
     with tempfile.TemporaryDirectory(prefix="attnres-side-by-side-") as tmp:
         root = Path(args.out or tmp)

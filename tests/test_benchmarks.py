@@ -100,9 +100,19 @@ def test_training_side_by_side_trains_each_variant_and_compares_their_throughput
     assert "block2 step time / baseline's: " in printed
 
 
-def test_training_side_by_side_rejects_an_unknown_variant(capsys):
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--variants", "baseline,blockx"], "--variants: 'blockx' is not baseline, full or blockN"),
+        # Block N=8 needs 4+ layers: refused before the baseline trains
+        (["--variants", "baseline,block8", "model.n_layer=2"], "block8: ModelConfig.n_blocks=8 is out of range"),
+        (["model.d_modle=32"], "d_modle"),
+    ],
+)
+def test_training_side_by_side_rejects_bad_input_before_training(argv, fragment, capsys, tmp_path):
     from benchmarks import train_side_by_side
 
     with pytest.raises(SystemExit):
-        train_side_by_side.main(["--variants", "baseline,blockx"])
-    assert "--variants: 'blockx' is not baseline, full or blockN" in capsys.readouterr().err
+        train_side_by_side.main([*argv, "--out", str(tmp_path)])
+    assert fragment in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing trained
