@@ -144,25 +144,36 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
 
 
+LOGS = (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)
+
+
+def finished_but_marked_running(tiny_run: Path, run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """A copy of tiny_run as a kill after its last checkpoint (at max_steps) but before its final write leaves
+    it: the row still `running`. Returns the finished row and the log files, as they were."""
+    shutil.copytree(tiny_run, run_dir)
+    row = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([{**row, "status": "running"}], schema.RUN_SCHEMA))
+    return row, {name: pd.read_parquet(run_dir / name) for name in LOGS}
+
+
+def assert_logs_unchanged(run_dir: Path, before: dict[str, pd.DataFrame]) -> None:
+    for name, table in before.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+
 
 @pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the run folder is a copy of tiny_run
 def test_a_kill_after_the_last_checkpoint_but_before_the_final_write_keeps_every_row(tmp_path, tiny_run):
-    """The last checkpoint is saved at max_steps, then the run row is marked done: a kill in between leaves a
-    `running` row and a finished checkpoint. Lightning then skips training (and on_train_start) on resume; the
-    run must still come out `done` with its losses and logs (it once came out with val_loss None and empty files)."""
+    """Lightning skips training (and on_train_start) when the checkpoint is at max_steps; the run must still
+    come out `done` with its losses and logs (it once came out with val_loss None and empty files)."""
     run_dir = tmp_path / "run"
-    shutil.copytree(tiny_run, run_dir)
-    before = {name: pd.read_parquet(run_dir / name) for name in (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)}
-    row = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
-    schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([{**row, "status": "running"}], schema.RUN_SCHEMA))
+    row, before = finished_but_marked_running(tiny_run, run_dir)
 
     result = train(resolve_run_config(None, TINY), run_dir, progress=False)
     assert result.status == "done" and result.val_loss == row["val_loss"]
     after = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
     for field in ("status", "step", "val_loss", "val_bpb", "train_loss", "tokens_per_s", "wall_s"):
         assert after[field] == row[field], field
-    for name, table in before.items():
-        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+    assert_logs_unchanged(run_dir, before)
 
 
 @pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the run folder is a copy of tiny_run
@@ -174,11 +185,7 @@ def test_a_failure_before_training_resumes_keeps_the_logs_of_earlier_attempts(tm
     from attnres.lit import LitLM
 
     run_dir = tmp_path / "run"
-    shutil.copytree(tiny_run, run_dir)
-    files = (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)
-    before = {name: pd.read_parquet(run_dir / name) for name in files}
-    row = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
-    schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([{**row, "status": "running"}], schema.RUN_SCHEMA))
+    row, before = finished_but_marked_running(tiny_run, run_dir)
 
     def fail(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (simulated)")
@@ -189,13 +196,12 @@ def test_a_failure_before_training_resumes_keeps_the_logs_of_earlier_attempts(tm
             train(resolve_run_config(None, TINY), run_dir, progress=False)
     failed = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
     assert failed["status"] == "failed" and "simulated" in failed["error"] and failed["step"] == row["step"]
-    for name, table in before.items():
-        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+    assert_logs_unchanged(run_dir, before)
 
     result = train(resolve_run_config(None, TINY), run_dir, progress=False)
     assert result.status == "done" and result.val_loss == row["val_loss"]
-    for name, table in before.items():
-        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+    assert_logs_unchanged(run_dir, before)
+
 
 # ------------------------------------------------------------------------------------------ the CLI
 
