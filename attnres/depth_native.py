@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from attnres.config import RunConfig
 
 SOURCE = Path(__file__).with_name("depth_native.cpp")
+BUILD_LOCK_FILE = "build.flock"  # held (attnres.locks) by the process building or loading the kernels
 enabled = os.environ.get("ATTNRES_NATIVE", "1") != "0"  # tests and benchmarks switch it to compare with eager
 
 
@@ -60,21 +61,28 @@ def ops() -> ModuleType | None:
     """The compiled module, or None (after one warning) where it cannot be built."""
     from torch.utils import cpp_extension
 
-    from attnres.data import cache_dir
+    from attnres import locks
+
+    def waiting(who: str) -> None:
+        print(f"attnres: waiting for {who}, which is building the native CPU kernels in {build}", file=sys.stderr)
 
     try:
         _ninja_on_path()
-        # -march=native: a build is tied to its CPU type, so a home folder shared by different nodes keeps one each
-        build = cache_dir() / "native" / f"torch-{torch.__version__}-{_cpu_tag()}"
-        build.mkdir(parents=True, exist_ok=True)
-        if not (build / "attnres_depth_native.so").exists():
-            print(f"attnres: building the native CPU depth-attention kernels in {build} (once, ~20 s)", file=sys.stderr)
-        openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []  # Apple's clang has no OpenMP
-        native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
-        return cpp_extension.load(
-            name="attnres_depth_native", sources=[str(SOURCE)], build_directory=str(build),
-            extra_cflags=["-O3", *native, *openmp], extra_ldflags=openmp, verbose=False,
-        )
+        build = build_dir()
+        # One build at a time, across processes and nodes sharing the cache, under a lock the kernel drops when its
+        # holder dies. torch's own lock file (``lock``) is not: a builder killed mid-build (SIGKILL, pre-emption)
+        # leaves it behind, and torch then waits on it forever in every later process. Holding ours, no live
+        # build owns that file, so it is removed.
+        with locks.exclusive(build / BUILD_LOCK_FILE, wait=waiting):
+            (build / "lock").unlink(missing_ok=True)
+            if not (build / "attnres_depth_native.so").exists():
+                print(f"attnres: building the native CPU depth-attention kernels in {build} (once, ~20 s)", file=sys.stderr)
+            openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []  # Apple's clang has no OpenMP
+            native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+            return cpp_extension.load(
+                name="attnres_depth_native", sources=[str(SOURCE)], build_directory=str(build),
+                extra_cflags=["-O3", *native, *openmp], extra_ldflags=openmp, verbose=False,
+            )
     except Exception as err:  # no compiler, no ninja, a compile error: say so once, then run eagerly
         first_line = (str(err).strip().splitlines() or [""])[0]
         warnings.warn(
@@ -84,6 +92,16 @@ def ops() -> ModuleType | None:
             stacklevel=2,
         )
         return None
+
+
+def build_dir() -> Path:
+    """Where this machine's build lives: one folder per torch version and CPU type (``-march=native`` ties a build
+    to its CPU, so a home folder shared by different nodes keeps one each)."""
+    from attnres.data import cache_dir
+
+    path = cache_dir() / "native" / f"torch-{torch.__version__}-{_cpu_tag()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _ninja_on_path() -> None:

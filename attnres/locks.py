@@ -1,8 +1,9 @@
-"""Run-folder locks: exclusive, non-blocking ``flock`` files that the kernel releases when their process ends
-(even by SIGKILL), so a crashed trainer never leaves a run locked.
+"""Run-folder locks: exclusive ``flock`` files that the kernel releases when their process ends (even by SIGKILL),
+so a crashed trainer never leaves a run locked.
 
 ``attnres.train`` holds ``RUN_DIR/.lock`` while it trains; the sweep launchers hold ``RUN_DIR/.claim`` around
-their whole attempt (see :mod:`sweeps.runner`). No torch, no pyarrow: the launchers' status commands use it.
+their whole attempt (see :mod:`sweeps.runner`); :mod:`attnres.depth_native` holds one around a build of its kernels,
+waiting for it. No torch, no pyarrow: the launchers' status commands use it.
 
 Only global rank 0 of a multi-process (DDP) run takes these locks. Where a launcher starts every rank at once (SLURM
 tasks), the other ranks must not start training unless rank 0 does: they would wait at DDP's rendezvous for a rank 0
@@ -18,7 +19,7 @@ import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 TRAIN_LOCK_FILE = ".lock"  # held by attnres.train.train while it trains the run
 CLAIM_FILE = ".claim"  # held by a sweep launcher around its whole attempt at the run
@@ -27,17 +28,23 @@ RANK_ZERO_TIMEOUT_S = 900.0  # how long the other ranks wait for it
 
 
 @contextmanager
-def exclusive(path: Path) -> Iterator[bool]:
-    """Hold an exclusive lock on ``path`` for the block and yield True, with this process named in the file;
-    yield False (holding nothing) if another process has it."""
+def exclusive(path: Path, wait: Callable[[str], None] | None = None) -> Iterator[bool]:
+    """Hold an exclusive lock on ``path`` for the block and yield True, with this process named in the file.
+
+    If another process has it: yield False (holding nothing), or with ``wait``, call ``wait(holder)`` once and
+    block until the lock is free, then hold it and yield True.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
+            if wait is None:
+                yield False
+                return
+            wait(holder(path))
+            fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield True

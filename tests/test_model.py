@@ -513,6 +513,42 @@ def test_native_kernel_falls_back_to_eager_with_one_warning(monkeypatch):
     assert torch.isfinite(model.depth.pseudo_query.grad).all()
 
 
+LOAD_NATIVE = [sys.executable, "-c", "import sys; from attnres import depth_native; sys.exit(depth_native.ops() is None)"]
+
+
+@needs_cxx
+def test_a_build_killed_part_way_does_not_stop_later_processes():
+    """torch's builder leaves its lock file behind when it is killed mid-build, then waits on it forever in every
+    later process (a SLURM job pre-empted during its first build would hang every job after it)."""
+    assert depth_native.ops() is not None  # built (or loaded) in this session's cache
+    stale = depth_native.build_dir() / "lock"
+    stale.touch()
+    loaded = subprocess.run(LOAD_NATIVE, timeout=120, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    assert not stale.exists()
+
+
+@needs_cxx
+def test_a_process_waits_for_a_build_in_progress_and_says_so():
+    import os
+
+    from attnres import locks
+
+    assert depth_native.ops() is not None
+    with locks.exclusive(depth_native.build_dir() / depth_native.BUILD_LOCK_FILE) as ours:
+        assert ours  # this test process stands for a builder
+        loader = subprocess.Popen(LOAD_NATIVE, stderr=subprocess.PIPE, text=True)
+        try:
+            said = loader.stderr.readline()  # blocks until it says something or ends
+            assert f"waiting for pid {os.getpid()} on " in said, said
+            assert loader.poll() is None  # still waiting while the lock is held
+        except BaseException:
+            loader.kill()
+            raise
+    _, err = loader.communicate(timeout=300)
+    assert loader.returncode == 0, err
+
+
 @pytest.mark.parametrize(
     "overrides, builds",
     [
