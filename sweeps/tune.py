@@ -12,6 +12,11 @@ merged into the tuned file (:mod:`sweeps.tuned`) that a grid with ``lr: tuned`` 
   system can share it), or any Optuna RDB URL (``--storage postgresql://...``) for many workers. A study is
   named ``<sweep>/<size>/<variant>``; running ``attnres tune`` again tops each study up to ``tune.trials``
   finished trials (complete or pruned), so interrupted or parallel tuning adds up instead of starting over.
+* A trial whose tuner died (SIGKILL, pre-emption, a lost node) stays ``RUNNING`` in the journal, which has no
+  heartbeat. The next ``attnres tune`` marks it failed and enqueues its values again, so its run resumes from its
+  checkpoint instead of being left half-trained while a new point is sampled. A trial counts as abandoned when
+  nobody holds its run's lock and it started over ``ABANDONED_AFTER_S`` ago (a parallel tuner's trial is claimed
+  within a second of starting).
 
 optuna, torch and lightning are imported when tuning starts.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import warnings
 
 import math
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +44,28 @@ def storage_for(grid: Grid, results: str | Path, storage: str | None) -> Any:
     path = Path(storage) if storage else Path(results) / f"{grid.name}-tune" / "optuna.journal"
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+ABANDONED_AFTER_S = 60.0
+
+
+def retry_abandoned(study: Any, trials_dir: Path) -> list[int]:
+    """Fail the study's abandoned ``RUNNING`` trials and enqueue their values again; returns their numbers."""
+    import optuna
+
+    from sweeps.runner import is_locked
+
+    retried = []
+    now = datetime.now()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        run_id = trial.user_attrs.get("run_id")
+        started = trial.datetime_start or now
+        if run_id is None or is_locked(trials_dir / run_id) or (now - started).total_seconds() < ABANDONED_AFTER_S:
+            continue
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        retried.append(trial.number)
+    return retried
 
 
 def _pruner(grid: Grid):
@@ -148,6 +176,9 @@ def tune(
                     return float("nan")  # a failed trial (Optuna records it as FAIL)
                 return float(outcome.val_loss)
 
+            retried = retry_abandoned(study, Path(results) / f"{grid.name}-tune")
+            if retried:
+                log(f"{name}: trial(s) {', '.join(map(str, retried))} were interrupted; their runs resume first")
             finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
             todo = trials - len(study.get_trials(deepcopy=False, states=finished))
             if todo > 0:

@@ -120,3 +120,82 @@ def test_a_pruned_trial_stops_its_run_part_way(tmp_path, monkeypatch):
     (trial,) = [p for p in (tmp_path / "prune-tune").iterdir() if (p / "run.parquet").exists()]
     row = read_status(trial)
     assert row["status"] == "running" and row["step"] == 5 < row["max_steps"]  # stopped at its first evaluation
+
+
+KILLED_TUNER = """
+import os, sys
+import sweeps.tune as tune
+from sweeps import load_grid
+
+make_callback = tune.pruning_callback
+
+
+def dies_at_step_10(trial):
+    callback = make_callback(trial)
+    report = callback.on_validation_end
+
+    def on_validation_end(trainer, module):
+        report(trainer, module)
+        if trainer.global_step >= 10:  # after the step-5 checkpoint, before this evaluation's
+            os._exit(9)  # like SIGKILL: no clean-up, the trial stays RUNNING in the journal
+
+    callback.on_validation_end = on_validation_end
+    return callback
+
+
+tune.pruning_callback = dies_at_step_10
+tune.tune(load_grid(sys.argv[1]), sys.argv[2], threads=1)
+"""
+
+
+def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path, monkeypatch):
+    import optuna
+
+    import sweeps.tune as tune_module
+    from sweeps.tune import storage_for
+
+    data = {**GRID, "name": "killed", "tune": {**GRID["tune"], "trials": 1, "pruner": "none"}}
+    grid_file = tmp_path / "killed.yaml"
+    grid_file.write_text(yaml.safe_dump(data))
+    results = tmp_path / "results"
+    died = subprocess.run([sys.executable, "-c", KILLED_TUNER, str(grid_file), str(results)], capture_output=True, text=True, timeout=300)
+    assert died.returncode == 9, died.stderr
+    (run_dir,) = [p for p in (results / "killed-tune").iterdir() if p.is_dir()]
+    assert read_status(run_dir)["status"] == "running"  # interrupted part way
+    grid = load_grid(grid_file)
+    study = optuna.load_study(study_name="killed/L2-d32/baseline", storage=storage_for(grid, results, None))
+    (lost,) = study.get_trials()
+    assert lost.state == optuna.trial.TrialState.RUNNING
+
+    said = []
+    monkeypatch.setattr(tune_module, "ABANDONED_AFTER_S", 0.0)  # the test does not wait a minute
+    best = tune_module.tune(grid, results, threads=1, log=said.append)
+    assert any("trial(s) 0 were interrupted" in line for line in said), said
+    assert [p for p in (results / "killed-tune").iterdir() if p.is_dir()] == [run_dir]  # no new point: the same run
+    row = read_status(run_dir)
+    assert row["status"] == "done"
+    lost, retry = study.get_trials()
+    assert lost.state == optuna.trial.TrialState.FAIL
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params == lost.params
+    assert retry.user_attrs == {"retry_of": 0, "run_id": run_dir.name}
+    assert best[("L2-d32", "baseline")]["lr"] == lost.params["lr"]
+    assert best[("L2-d32", "baseline")]["val_loss"] == row["val_loss"]
+
+
+def test_a_trial_that_is_still_training_is_not_taken_for_abandoned(tmp_path, monkeypatch):
+    import optuna
+
+    from attnres import locks
+    from sweeps.tune import retry_abandoned
+
+    monkeypatch.setattr("sweeps.tune.ABANDONED_AFTER_S", 0.0)
+    study = optuna.create_study()
+    live, lost = study.ask(), study.ask()
+    for trial, run_id in ((live, "live"), (lost, "lost")):
+        trial.suggest_float("lr", 1e-3, 1e-2, log=True)
+        trial.set_user_attr("run_id", run_id)
+    with locks.exclusive(tmp_path / "live" / locks.CLAIM_FILE):  # another tuner trains this one
+        assert retry_abandoned(study, tmp_path) == [1]
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
+    retry = study.ask()  # the enqueued one comes first, with the lost trial's value
+    assert retry.user_attrs == {"retry_of": 1} and retry.suggest_float("lr", 1e-3, 1e-2, log=True) == lost.params["lr"]
