@@ -8,6 +8,7 @@ checkpoint (same data order, same result), and a run being trained by another pr
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -195,6 +196,8 @@ def _fit(
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
                 logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
+            elif trainer.interrupted and trainer.is_global_zero:  # Lightning turns Ctrl-C into a silent exit(1)
+                print(f"{cfg.run_id}: interrupted at step {trainer.global_step}; the same command resumes it", file=sys.stderr)
             raise
         if lit.diverged:
             status = "diverged"

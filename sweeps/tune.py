@@ -12,11 +12,9 @@ merged into the tuned file (:mod:`sweeps.tuned`) that a grid with ``lr: tuned`` 
   system can share it), or any Optuna RDB URL (``--storage postgresql://...``) for many workers. A study is
   named ``<sweep>/<size>/<variant>``; running ``attnres tune`` again tops each study up to ``tune.trials``
   finished trials (complete or pruned), so interrupted or parallel tuning adds up instead of starting over.
-* A trial whose tuner died (SIGKILL, pre-emption, a lost node) stays ``RUNNING`` in the journal, which has no
-  heartbeat. The next ``attnres tune`` marks it failed and enqueues its values again, so its run resumes from its
-  checkpoint instead of being left half-trained while a new point is sampled. A trial counts as abandoned when
-  nobody holds its run's lock and it started over ``ABANDONED_AFTER_S`` ago (a parallel tuner's trial is claimed
-  within a second of starting).
+* A trial whose tuner stopped (Ctrl-C, SIGKILL, pre-emption, a lost node) stays ``RUNNING`` in the journal, which
+  has no heartbeat. The next ``attnres tune`` marks it failed and enqueues its values again, so its run resumes from
+  its checkpoint instead of being left half-trained while a new point is sampled (:func:`retry_abandoned`).
 
 optuna, torch and lightning are imported when tuning starts.
 """
@@ -26,10 +24,13 @@ from __future__ import annotations
 import warnings
 
 import math
-from datetime import datetime
+import os
+import socket
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from attnres import locks
 from attnres.config import ConfigError
 from sweeps.grid import Grid, make_run, variant_labels
 
@@ -46,22 +47,22 @@ def storage_for(grid: Grid, results: str | Path, storage: str | None) -> Any:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-ABANDONED_AFTER_S = 60.0
+TUNERS_DIR = ".tuners"  # RESULTS/<sweep>-tune/.tuners/<tuner>: a lock each live tuner holds (attnres.locks)
 
 
 def retry_abandoned(study: Any, trials_dir: Path) -> list[int]:
-    """Fail the study's abandoned ``RUNNING`` trials and enqueue their values again; returns their numbers."""
+    """Fail the study's ``RUNNING`` trials whose tuner is gone and enqueue their values again; returns their numbers.
+
+    A trial names its tuner (user attribute ``tuner``), and every tuner holds a lock in ``trials_dir/.tuners``
+    while it lives, which the kernel releases when it dies, however it dies.
+    """
     import optuna
 
-    from sweeps.runner import is_locked
-
     retried = []
-    now = datetime.now()
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        run_id = trial.user_attrs.get("run_id")
-        started = trial.datetime_start or now
-        if run_id is None or is_locked(trials_dir / run_id) or (now - started).total_seconds() < ABANDONED_AFTER_S:
-            continue
+        tuner = trial.user_attrs.get("tuner")
+        if tuner is None or locks.is_held(trials_dir / TUNERS_DIR / tuner):
+            continue  # live (or asked a moment ago, before it was named)
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
         retried.append(trial.number)
@@ -135,72 +136,78 @@ def tune(
     threads = threads or available_cores()
     seed = grid.seeds[0]
     best: dict[tuple[str, str], dict[str, Any]] = {}
-    for size in chosen:
-        known = variant_labels(grid, size)
-        labels = known if variants == ["all"] else list(variants or spec.variants)
-        for label in labels:
-            if label != "baseline" and label not in known:
-                raise ConfigError(f"tune: variant {label!r} is not in the grid at size {size.name} ({', '.join(known)})")
-        for label in labels:
-            name = f"{grid.name}/{size.name}/{label}"
-            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-            study = optuna.create_study(
-                study_name=name, storage=store, direction="minimize", load_if_exists=True,
-                # quasi-random (Sobol): with the handful of trials a CPU affords, it covers the search range
-                # evenly, where TPE's random start (its first 10 trials) can cluster in one part of it
-                sampler=optuna.samplers.QMCSampler(qmc_type="sobol", scramble=False, seed=spec.seed, warn_independent_sampling=False),
-                pruner=_pruner(grid),
-            )
+    trials_dir = Path(results) / f"{grid.name}-tune"
+    tuner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # unique even if a dead tuner's pid is reused
+    alive = trials_dir / TUNERS_DIR / tuner
+    with locks.exclusive(alive):  # held until this tuner returns or dies: how others tell its trials are live
+        for size in chosen:
+            known = variant_labels(grid, size)
+            labels = known if variants == ["all"] else list(variants or spec.variants)
+            for label in labels:
+                if label != "baseline" and label not in known:
+                    raise ConfigError(f"tune: variant {label!r} is not in the grid at size {size.name} ({', '.join(known)})")
+            for label in labels:
+                name = f"{grid.name}/{size.name}/{label}"
+                warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+                study = optuna.create_study(
+                    study_name=name, storage=store, direction="minimize", load_if_exists=True,
+                    # quasi-random (Sobol): with the handful of trials a CPU affords, it covers the search range
+                    # evenly, where TPE's random start (its first 10 trials) can cluster in one part of it
+                    sampler=optuna.samplers.QMCSampler(qmc_type="sobol", scramble=False, seed=spec.seed, warn_independent_sampling=False),
+                    pruner=_pruner(grid),
+                )
 
-            def objective(trial: optuna.Trial) -> float:
-                train: dict[str, Any] = {"lr": trial.suggest_float("lr", *spec.lr, log=True)}
-                if spec.warmup_frac:
-                    train["warmup_frac"] = trial.suggest_float("warmup_frac", *spec.warmup_frac)
-                if spec.beta2:
-                    train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
-                if spec.eval_interval:
-                    train["eval_interval"] = spec.eval_interval
-                cfg = make_run(grid, size, label, spec.budget, seed, sweep=f"{grid.name}-tune", train=train)
-                cfg = with_runtime(cfg, threads=threads, progress_bar=False)
-                run_dir = run_dir_for(cfg, results)
-                trial.set_user_attr("run_id", cfg.run_id)
-                callback = pruning_callback(trial)
-                outcome = train_claimed(cfg, run_dir, log_file=run_dir / "train.log", callbacks=[callback])
-                if callback.pruned_at is not None:
-                    raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
-                if outcome.status == "diverged":
-                    trial.set_user_attr("diverged", True)
-                    return math.log(cfg.model.vocab_size)
-                if outcome.status != "done" or outcome.val_loss is None:
-                    trial.set_user_attr("error", outcome.error or outcome.status)
-                    return float("nan")  # a failed trial (Optuna records it as FAIL)
-                return float(outcome.val_loss)
+                def objective(trial: optuna.Trial) -> float:
+                    trial.set_user_attr("tuner", tuner)
+                    train: dict[str, Any] = {"lr": trial.suggest_float("lr", *spec.lr, log=True)}
+                    if spec.warmup_frac:
+                        train["warmup_frac"] = trial.suggest_float("warmup_frac", *spec.warmup_frac)
+                    if spec.beta2:
+                        train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
+                    if spec.eval_interval:
+                        train["eval_interval"] = spec.eval_interval
+                    cfg = make_run(grid, size, label, spec.budget, seed, sweep=f"{grid.name}-tune", train=train)
+                    cfg = with_runtime(cfg, threads=threads, progress_bar=False)
+                    run_dir = run_dir_for(cfg, results)
+                    trial.set_user_attr("run_id", cfg.run_id)
+                    callback = pruning_callback(trial)
+                    outcome = train_claimed(cfg, run_dir, log_file=run_dir / "train.log", callbacks=[callback])
+                    if callback.pruned_at is not None:
+                        raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
+                    if outcome.status == "diverged":
+                        trial.set_user_attr("diverged", True)
+                        return math.log(cfg.model.vocab_size)
+                    if outcome.status != "done" or outcome.val_loss is None:
+                        trial.set_user_attr("error", outcome.error or outcome.status)
+                        return float("nan")  # a failed trial (Optuna records it as FAIL)
+                    return float(outcome.val_loss)
 
-            retried = retry_abandoned(study, Path(results) / f"{grid.name}-tune")
-            if retried:
-                log(f"{name}: trial(s) {', '.join(map(str, retried))} were interrupted; their runs resume first")
-            finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-            todo = trials - len(study.get_trials(deepcopy=False, states=finished))
-            if todo > 0:
-                log(f"tuning {name}: {todo} trial(s) of {spec.budget.label}, searching {', '.join(spec.searched)}")
-                study.optimize(objective, n_trials=todo, callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
-            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if not done:
-                log(f"{name}: no trial finished; nothing written")
-                continue
-            winner = min(done, key=lambda t: t.value)
-            values = {k: float(v) for k, v in winner.params.items()}
-            entry = {
-                **values,
-                "val_loss": float(winner.value),
-                "trials": len(study.get_trials(deepcopy=False)),
-                "complete": len(done),
-                "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
-                "budget": spec.budget.label,
-                "study": name,
-                "run_id": winner.user_attrs.get("run_id"),
-            }
-            write_tuned(tuned_file, grid.name, size.name, label, entry)
-            best[(size.name, label)] = entry
-            log(f"{name}: best " + ", ".join(f"{k} {v:.4g}" for k, v in values.items()) + f" (val_loss {winner.value:.4f}) -> {tuned_file}")
+                retried = retry_abandoned(study, trials_dir)
+                if retried:
+                    log(f"{name}: trial(s) {', '.join(map(str, retried))} were interrupted; their runs resume first")
+                finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+                todo = trials - len(study.get_trials(deepcopy=False, states=finished))
+                if todo > 0:
+                    log(f"tuning {name}: {todo} trial(s) of {spec.budget.label}, searching {', '.join(spec.searched)}")
+                    study.optimize(objective, n_trials=todo, callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
+                done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if not done:
+                    log(f"{name}: no trial finished; nothing written")
+                    continue
+                winner = min(done, key=lambda t: t.value)
+                values = {k: float(v) for k, v in winner.params.items()}
+                entry = {
+                    **values,
+                    "val_loss": float(winner.value),
+                    "trials": len(study.get_trials(deepcopy=False)),
+                    "complete": len(done),
+                    "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+                    "budget": spec.budget.label,
+                    "study": name,
+                    "run_id": winner.user_attrs.get("run_id"),
+                }
+                write_tuned(tuned_file, grid.name, size.name, label, entry)
+                best[(size.name, label)] = entry
+                log(f"{name}: best " + ", ".join(f"{k} {v:.4g}" for k, v in values.items()) + f" (val_loss {winner.value:.4f}) -> {tuned_file}")
+    alive.unlink(missing_ok=True)
     return best

@@ -148,7 +148,7 @@ tune.tune(load_grid(sys.argv[1]), sys.argv[2], threads=1)
 """
 
 
-def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path, monkeypatch):
+def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path):
     import optuna
 
     import sweeps.tune as tune_module
@@ -160,7 +160,8 @@ def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp
     results = tmp_path / "results"
     died = subprocess.run([sys.executable, "-c", KILLED_TUNER, str(grid_file), str(results)], capture_output=True, text=True, timeout=300)
     assert died.returncode == 9, died.stderr
-    (run_dir,) = [p for p in (results / "killed-tune").iterdir() if p.is_dir()]
+    runs = lambda: [p for p in (results / "killed-tune").iterdir() if (p / "run.parquet").exists()]  # noqa: E731
+    (run_dir,) = runs()
     assert read_status(run_dir)["status"] == "running"  # interrupted part way
     grid = load_grid(grid_file)
     study = optuna.load_study(study_name="killed/L2-d32/baseline", storage=storage_for(grid, results, None))
@@ -168,34 +169,36 @@ def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp
     assert lost.state == optuna.trial.TrialState.RUNNING
 
     said = []
-    monkeypatch.setattr(tune_module, "ABANDONED_AFTER_S", 0.0)  # the test does not wait a minute
     best = tune_module.tune(grid, results, threads=1, log=said.append)
     assert any("trial(s) 0 were interrupted" in line for line in said), said
-    assert [p for p in (results / "killed-tune").iterdir() if p.is_dir()] == [run_dir]  # no new point: the same run
+    assert runs() == [run_dir]  # no new point: the same run
     row = read_status(run_dir)
     assert row["status"] == "done"
     lost, retry = study.get_trials()
     assert lost.state == optuna.trial.TrialState.FAIL
     assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params == lost.params
-    assert retry.user_attrs == {"retry_of": 0, "run_id": run_dir.name}
+    assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["run_id"] == run_dir.name
     assert best[("L2-d32", "baseline")]["lr"] == lost.params["lr"]
     assert best[("L2-d32", "baseline")]["val_loss"] == row["val_loss"]
 
 
-def test_a_trial_that_is_still_training_is_not_taken_for_abandoned(tmp_path, monkeypatch):
+def test_only_the_trials_of_a_tuner_that_is_gone_are_retried(tmp_path):
     import optuna
 
     from attnres import locks
-    from sweeps.tune import retry_abandoned
+    from sweeps.tune import TUNERS_DIR, retry_abandoned
 
-    monkeypatch.setattr("sweeps.tune.ABANDONED_AFTER_S", 0.0)
     study = optuna.create_study()
-    live, lost = study.ask(), study.ask()
-    for trial, run_id in ((live, "live"), (lost, "lost")):
+    live, gone, unnamed = study.ask(), study.ask(), study.ask()
+    for trial, tuner in ((live, "live"), (gone, "gone"), (unnamed, None)):
         trial.suggest_float("lr", 1e-3, 1e-2, log=True)
-        trial.set_user_attr("run_id", run_id)
-    with locks.exclusive(tmp_path / "live" / locks.CLAIM_FILE):  # another tuner trains this one
+        if tuner:
+            trial.set_user_attr("tuner", tuner)
+    with locks.exclusive(tmp_path / TUNERS_DIR / "gone"):
+        pass  # a tuner that lived and died
+    with locks.exclusive(tmp_path / TUNERS_DIR / "live"):  # another tuner, still training its trial
         assert retry_abandoned(study, tmp_path) == [1]
-    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
+    states = [t.state for t in study.get_trials()]
+    assert states == [optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING]
     retry = study.ask()  # the enqueued one comes first, with the lost trial's value
-    assert retry.user_attrs == {"retry_of": 1} and retry.suggest_float("lr", 1e-3, 1e-2, log=True) == lost.params["lr"]
+    assert retry.user_attrs == {"retry_of": 1} and retry.suggest_float("lr", 1e-3, 1e-2, log=True) == gone.params["lr"]
