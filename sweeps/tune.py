@@ -182,13 +182,13 @@ def tune(
                         return float("nan")  # a failed trial (Optuna records it as FAIL)
                     return float(outcome.val_loss)
 
-                retried = retry_abandoned(study, trials_dir)
-                if retried:
-                    log(f"{name}: trial(s) {', '.join(map(str, retried))} were interrupted; their runs resume first")
                 finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
                 todo = trials - len(study.get_trials(deepcopy=False, states=finished))
                 if todo > 0:
                     log(f"tuning {name}: {todo} trial(s) of {spec.budget.label}, searching {', '.join(spec.searched)}")
+                    retried = retry_abandoned(study, trials_dir)  # a full study leaves them be: nothing would run them
+                    if retried:
+                        log(f"{name}: trial(s) {', '.join(map(str, retried))} were interrupted; their values go first, and their runs resume")
                     study.optimize(objective, n_trials=todo, callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
                 done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                 if not done:

@@ -170,7 +170,7 @@ def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp
 
     said = []
     best = tune_module.tune(grid, results, threads=1, log=said.append)
-    assert any("trial(s) 0 were interrupted" in line for line in said), said
+    assert any("trial(s) 0 were interrupted; their values go first" in line for line in said), said
     assert runs() == [run_dir]  # no new point: the same run
     row = read_status(run_dir)
     assert row["status"] == "done"
