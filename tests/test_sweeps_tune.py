@@ -148,7 +148,7 @@ tune.tune(load_grid(sys.argv[1]), sys.argv[2], threads=1)
 """
 
 
-def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path):
+def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path, capsys):
     import optuna
 
     import sweeps.tune as tune_module
@@ -160,7 +160,10 @@ def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp
     results = tmp_path / "results"
     died = subprocess.run([sys.executable, "-c", KILLED_TUNER, str(grid_file), str(results)], capture_output=True, text=True, timeout=300)
     assert died.returncode == 9, died.stderr
-    runs = lambda: [p for p in (results / "killed-tune").iterdir() if (p / "run.parquet").exists()]  # noqa: E731
+
+    def runs() -> list[Path]:
+        return [p for p in (results / "killed-tune").iterdir() if (p / "run.parquet").exists()]
+
     (run_dir,) = runs()
     assert read_status(run_dir)["status"] == "running"  # interrupted part way
     grid = load_grid(grid_file)
@@ -174,6 +177,7 @@ def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp
     assert runs() == [run_dir]  # no new point: the same run
     row = read_status(run_dir)
     assert row["status"] == "done"
+    assert f"{run_dir.name}: resuming from" in capsys.readouterr().out  # (pytest's capture, not train.log, gets it here)
     lost, retry = study.get_trials()
     assert lost.state == optuna.trial.TrialState.FAIL
     assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params == lost.params
