@@ -30,6 +30,16 @@ Residual = Literal["baseline", "full", "block", "denseformer", "hc", "mhc"]
 ATTNRES = ("full", "block")
 
 
+def split_variant(label: str) -> tuple[str, int | None] | None:
+    """``(residual, n_blocks)`` of a variant label, ``baseline``, ``full`` or ``block<N>`` (e.g. ``block4``); None
+    for any other label (the caller names its own alternatives)."""
+    if label in ("baseline", "full"):
+        return label, None
+    if label.startswith("block") and label[5:].isdigit():
+        return "block", int(label[5:])
+    return None
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and how to fix it."""
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from attnres import depth_native
-from attnres.config import ConfigError, ModelConfig
+from attnres.config import ConfigError, ModelConfig, split_variant
 from attnres.depth import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
 from attnres.system import pin_malloc
@@ -43,12 +43,10 @@ EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without at
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
-    name = name.removesuffix(EAGER)
-    if name.startswith("block"):
-        return ModelConfig(
-            n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual="block", n_blocks=int(name[5:])
-        )
-    return ModelConfig(n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual=name)
+    base = name.removesuffix(EAGER)
+    residual, n_blocks = split_variant(base) or (base, None)  # other residuals (the ablations) as they are
+    extra = {} if n_blocks is None else {"n_blocks": n_blocks}
+    return ModelConfig(n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual=residual, **extra)
 
 
 @dataclass

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnres.config import ConfigError, resolve_run_config
+from attnres.config import ConfigError, resolve_run_config, split_variant
 
 
 def variant_overrides(name: str) -> list[str]:
-    if name.startswith("block"):
-        return ["model.residual=block", f"model.n_blocks={int(name[5:])}"]
-    return [f"model.residual={name}"]
+    residual, n_blocks = split_variant(name)  # main() checked the name
+    return [f"model.residual={residual}"] + ([] if n_blocks is None else [f"model.n_blocks={n_blocks}"])
 
 
 def train_rate(run_dir: Path) -> tuple[pd.Series, float]:
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     variants = args.variants.split(",")
     for name in variants:
-        if not (name in ("baseline", "full") or (name.startswith("block") and name[5:].isdigit())):
+        if split_variant(name) is None:
             parser.error(f"--variants: {name!r} is not baseline, full or blockN (e.g. block8)")
     # one evaluation, at the end; the caller's overrides may change these, the variant's come last
     common = ["train.eval_interval=1000000000", "train.log_interval=5", f"runtime.accelerator={args.accelerator}", *overrides]

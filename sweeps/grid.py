@@ -31,6 +31,7 @@ from attnres.config import (
     apply_overrides,
     from_dict,
     load_yaml,
+    split_variant,
 )
 from attnres.counting import count_params
 
@@ -420,14 +421,11 @@ def _parse_variants(value: Any) -> tuple[VariantSpec, ...]:
             continue
         if isinstance(entry, str):
             text = entry.strip().lower()
-            if text in ("baseline", "full"):
-                out.append(VariantSpec(text))
-                continue
-            if text == "block":
+            if text == "block":  # N from the grid's default
                 out.append(VariantSpec("block", None))
                 continue
-            if text.startswith("block") and text[5:].isdigit():
-                out.append(VariantSpec("block", int(text[5:])))
+            if split := split_variant(text):
+                out.append(VariantSpec(*split))
                 continue
             hint = difflib.get_close_matches(text, ["baseline", "full", "block"], n=1)
             raise ConfigError(f"variants: unknown variant {entry!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; choose {choices}")
@@ -648,10 +646,8 @@ def make_run(
     ``variant``: baseline, full or block<N>; ``train``: extra train.* settings, applied last.
     """
     model: dict[str, Any] = {}
-    if variant in ("baseline", "full"):
-        residual, n_blocks = variant, None
-    elif variant.startswith("block") and variant[5:].isdigit():
-        residual, n_blocks = "block", int(variant[5:])
+    if split := split_variant(variant):
+        residual, n_blocks = split
     else:
         specs = [s for s in grid.variants if s.name == variant]
         if not specs:
