@@ -159,9 +159,14 @@ class Grid:
     def label(self) -> str:
         return f"grid {self.path}" if self.path else f"grid {self.name!r}"
 
+    @property
+    def tune_sweep(self) -> str:
+        """The sweep name of ``attnres tune``'s trials (and the folder of its journal and tuned values)."""
+        return f"{self.name}-tune"
+
     def tuned_file(self, results: str | Path) -> Path:
         """Where ``attnres tune`` writes, and ``lr: tuned`` reads, the tuned values (relative to the results)."""
-        return Path(results) / (self.tune.file or f"{self.name}-tune/tuned.yaml")
+        return Path(results) / (self.tune.file or f"{self.tune_sweep}/tuned.yaml")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def storage_for(grid: Grid, results: str | Path, storage: str | None) -> Any:
 
     if storage and "://" in storage:
         return storage
-    path = Path(storage) if storage else Path(results) / f"{grid.name}-tune" / "optuna.journal"
+    path = Path(storage) if storage else Path(results) / grid.tune_sweep / "optuna.journal"
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
 
@@ -136,7 +136,7 @@ def tune(
     threads = threads or available_cores()
     seed = grid.seeds[0]
     best: dict[tuple[str, str], dict[str, Any]] = {}
-    trials_dir = Path(results) / f"{grid.name}-tune"
+    trials_dir = Path(results) / grid.tune_sweep
     tuner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # unique even if a dead tuner's pid is reused
     alive = trials_dir / TUNERS_DIR / tuner
     with locks.exclusive(alive):  # held until this tuner returns or dies: how others tell its trials are live
@@ -166,7 +166,7 @@ def tune(
                         train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
                     if spec.eval_interval:
                         train["eval_interval"] = spec.eval_interval
-                    cfg = make_run(grid, size, label, spec.budget, seed, sweep=f"{grid.name}-tune", train=train)
+                    cfg = make_run(grid, size, label, spec.budget, seed, sweep=grid.tune_sweep, train=train)
                     cfg = with_runtime(cfg, threads=threads, progress_bar=False)
                     run_dir = run_dir_for(cfg, results)
                     trial.set_user_attr("run_id", cfg.run_id)
