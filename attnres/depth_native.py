@@ -63,12 +63,13 @@ def ops() -> ModuleType | None:
 
     from attnres import locks
 
-    def waiting(who: str) -> None:
-        print(f"attnres: waiting for {who}, which is building the native CPU kernels in {build}", file=sys.stderr)
-
     try:
         _ninja_on_path()
         build = build_dir()
+
+        def waiting(who: str) -> None:
+            print(f"attnres: waiting for {who}, which is building the native CPU kernels in {build}", file=sys.stderr)
+
         # One build at a time, across processes and nodes sharing the cache, under a lock the kernel drops when its
         # holder dies. torch's own lock file (``lock``) is not: a builder killed mid-build (SIGKILL, pre-emption)
         # leaves it behind, and torch then waits on it forever in every later process. Holding ours, no live
