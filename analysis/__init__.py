@@ -1,6 +1,6 @@
 """Scaling-law analysis of AttnRes results: load runs, fit curves, compute multipliers with intervals.
 
-Pure pandas/numpy/scipy on the parquet contract of :mod:`attnres.schema` (or on plain arrays); never
+Pure pandas/numpy/scipy on the parquet contract of :mod:`attnres.storage.schema` (or on plain arrays); never
 imports torch. Names are resolved lazily, so ``import analysis`` (and the CLI's ``register``) stay cheap.
 
     from analysis import fit_power_law, compute_multiplier, PowerLaw
@@ -43,16 +43,15 @@ _EXPORTS = {
     "Problem": "analysis.load",
     "select_points": "analysis.select",
     "isoflop_frontier": "analysis.select",
-    "fit_results": "analysis.summary",
-    "FitReport": "analysis.summary",
-    "FitSettings": "analysis.summary",
-    "SweepFit": "analysis.summary",
-    "CurveResult": "analysis.summary",
-    "VariantMultiplier": "analysis.summary",
-    "BudgetMultiplier": "analysis.summary",
-    "ExponentTest": "analysis.summary",
-    "write_synthetic_results": "analysis.synthetic",
-    "SyntheticResults": "analysis.synthetic",
+    "fit_results": "analysis.sweep_fits",
+    "format_report": "analysis.tables",
+    "FitReport": "analysis.sweep_fits",
+    "FitSettings": "analysis.sweep_fits",
+    "SweepFit": "analysis.sweep_fits",
+    "CurveResult": "analysis.sweep_fits",
+    "VariantMultiplier": "analysis.sweep_fits",
+    "BudgetMultiplier": "analysis.sweep_fits",
+    "ExponentTest": "analysis.sweep_fits",
     # errors
     "AnalysisError": "analysis.errors",
     "FitInputError": "analysis.errors",

@@ -9,29 +9,55 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DEFAULT_OUTPUT = "fit.json"
 
 
 def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The options of :func:`analysis.fit_results`, shared by ``attnres fit`` and ``attnres report``."""
-    parser.add_argument("--form", default="A*C^-alpha", choices=["A*C^-alpha", "E+A*C^-alpha"],
-                        help="curve form (default: the paper's A*C^-alpha)")  # fmt: skip
-    parser.add_argument("--select", default="mean", choices=["mean", "best"],
-                        help="point per (variant, size, budget): mean over seeds at the best LR (default), or the best run")  # fmt: skip
-    parser.add_argument("--baseline", default="baseline", help="the variant the others are compared with (default: baseline)")
+    parser.add_argument(
+        "--form",
+        default="A*C^-alpha",
+        choices=["A*C^-alpha", "E+A*C^-alpha"],
+        help="curve form (default: the paper's A*C^-alpha)",
+    )
+    parser.add_argument(
+        "--select",
+        default="mean",
+        choices=["mean", "best"],
+        help="point per (variant, size, budget): mean over seeds at the best LR (default), or the best run",
+    )
+    parser.add_argument(
+        "--baseline", default="baseline", help="the variant the others are compared with (default: baseline)"
+    )
     parser.add_argument("--level", type=float, default=0.9, help="confidence level of the intervals (default 0.9)")
     parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000; 0: no intervals)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     parser.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log-loss residuals (default 1e-3)")
-    parser.add_argument("--exponent", default="auto", choices=["auto", "shared", "unshared"],
-                        help="headline multiplier from a shared exponent, separate ones, or auto: shared unless the test says they differ")  # fmt: skip
-    parser.add_argument("--frontier", default="auto", choices=["auto", "on", "off"],
-                        help="IsoFLOP minima per budget when a budget has several sizes (auto), always, or never")  # fmt: skip
-    parser.add_argument("--units", default="flops", choices=["flops", "pflops_days"],
-                        help="compute unit of the fits and tables (default: training FLOPs as stored)")  # fmt: skip
+    parser.add_argument(
+        "--exponent",
+        default="auto",
+        choices=["auto", "shared", "unshared"],
+        help=(
+            "headline multiplier from a shared exponent, separate ones, or auto: shared unless the test says they "
+            "differ"
+        ),
+    )
+    parser.add_argument(
+        "--frontier",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="IsoFLOP minima per budget when a budget has several sizes (auto), always, or never",
+    )
+    parser.add_argument(
+        "--units",
+        default="flops",
+        choices=["flops", "pflops_days"],
+        help="compute unit of the fits and tables (default: training FLOPs as stored)",
+    )
     parser.add_argument("--sweep", action="append", default=None, help="only this sweep (repeatable; default: all)")
     parser.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
 
@@ -67,7 +93,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
             "the same numbers at full precision to RESULTS_DIR/fit.json. See docs/analysis.md."
         ),
     )
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet")
+    parser.add_argument(
+        "results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet"
+    )
     add_fit_options(parser)
     parser.add_argument("--out", default=None, help=f"where to write the JSON (default: RESULTS_DIR/{DEFAULT_OUTPUT})")
     parser.set_defaults(func=run)
@@ -76,11 +104,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``attnres fit``; returns the exit code (0 ok, 1 nothing could be fitted, 2 bad input)."""
-    from attnres.schema import atomic_write_bytes
-
     from analysis.errors import AnalysisError
     from analysis.load import load_results
-    from analysis.summary import fit_results
+    from analysis.sweep_fits import fit_results
+    from analysis.tables import format_report
+    from attnres.storage.schema import atomic_write_bytes
 
     try:
         results = load_results(args.results_dir, tables=())
@@ -88,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     except AnalysisError as err:
         print(f"attnres fit: error: {err}", file=sys.stderr)
         return 2
-    print(report.format_table())
+    print(format_report(report))
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUTPUT
     atomic_write_bytes(out, report.to_json().encode())
     print(f"\nwrote {out}")

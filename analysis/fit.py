@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from analysis._threads import single_threaded_blas
 from analysis.bootstrap import (
     DEFAULT_LEVEL,
     DEFAULT_N_BOOT,
@@ -45,7 +46,6 @@ from analysis.bootstrap import (
     modified_residuals,
     residual_draws,
 )
-from analysis._threads import single_threaded_blas
 from analysis.errors import FitInputError
 
 HUBER_DELTA = 1e-3
@@ -109,7 +109,9 @@ class PowerLaw:
         loss = np.asarray(loss, dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = loss - self.E
-            out = np.where(gap > 0, np.exp((math.log(self.A) - np.log(np.where(gap > 0, gap, 1.0))) / self.alpha), np.inf)
+            out = np.where(
+                gap > 0, np.exp((math.log(self.A) - np.log(np.where(gap > 0, gap, 1.0))) / self.alpha), np.inf
+            )
         return out if out.ndim else float(out)
 
     def in_units(self, unit: float) -> PowerLaw:
@@ -132,7 +134,9 @@ class ChinchillaLaw:
         d = np.asarray(n_tokens, dtype=float)
         return self.E + self.A * n**-self.alpha + self.B * d**-self.beta
 
-    def compute_optimal(self, compute: float | np.ndarray, flops_per_param_token: float = 6.0) -> tuple[np.ndarray, np.ndarray]:
+    def compute_optimal(
+        self, compute: float | np.ndarray, flops_per_param_token: float = 6.0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(N*, D*) minimising the loss at ``compute = flops_per_param_token * N * D`` (Hoffmann et al. eq. 4)."""
         c = np.asarray(compute, dtype=float) / flops_per_param_token
         g = (self.alpha * self.A / (self.beta * self.B)) ** (1.0 / (self.alpha + self.beta))
@@ -292,7 +296,9 @@ class _PowerModel:
         self.bounds = bounds
         self.lower = np.array([-np.inf if lo is None else lo for lo, _ in bounds])
         self.upper = np.array([np.inf if hi is None else hi for _, hi in bounds])
-        self.names = (["E"] if offset else []) + ["alpha"] + (["A"] if n_groups == 1 else [f"A[{g}]" for g in range(n_groups)])
+        self.names = (
+            (["E"] if offset else []) + ["alpha"] + (["A"] if n_groups == 1 else [f"A[{g}]" for g in range(n_groups)])
+        )
         self._rows = np.arange(self.x.size)
 
     def predict(self, theta: np.ndarray, jac: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
@@ -323,7 +329,9 @@ class _PowerModel:
         rows = []
         if not self.offset:
             for alpha in alphas:
-                rows.append([alpha] + [np.median(y[self.group == g] + alpha * self.x[self.group == g]) for g in range(self.k)])
+                rows.append(
+                    [alpha] + [np.median(y[self.group == g] + alpha * self.x[self.group == g]) for g in range(self.k)]
+                )
             # least squares with a common slope, the natural start of a linear problem
             design = np.zeros((y.size, 1 + self.k))
             design[:, 0] = -self.x
@@ -335,7 +343,10 @@ class _PowerModel:
         for q in (0.0, 0.05, 0.3, 0.5, 0.7, 0.85, 0.95):
             e_value = q * loss.min()
             for alpha in alphas:
-                a = [np.median(np.log(loss[self.group == g] - e_value) + alpha * self.x[self.group == g]) for g in range(self.k)]
+                a = [
+                    np.median(np.log(loss[self.group == g] - e_value) + alpha * self.x[self.group == g])
+                    for g in range(self.k)
+                ]
                 rows.append([e_value, alpha] + a)
         return np.array(rows, dtype=float)
 
@@ -412,7 +423,9 @@ class _ChinchillaModel:
 
     def law(self, theta: np.ndarray) -> ChinchillaLaw:
         e, a, b, alpha, beta = (float(v) for v in np.asarray(theta, dtype=float).reshape(-1)[:5])
-        return ChinchillaLaw(E=e, A=math.exp(a + alpha * self.u0), B=math.exp(b + beta * self.v0), alpha=alpha, beta=beta)
+        return ChinchillaLaw(
+            E=e, A=math.exp(a + alpha * self.u0), B=math.exp(b + beta * self.v0), alpha=alpha, beta=beta
+        )
 
     def params(self, theta: np.ndarray) -> dict[str, np.ndarray]:
         """Public parameters (E, A, B, alpha, beta) of a batch of theta."""
@@ -516,7 +529,10 @@ def _gauss_newton_steps(
             f_n = np.where(np.isfinite(f_n), f_n, np.inf)
             better = f_n < best_f
             best_f = np.where(better, f_n, best_f)
-            best = tuple(np.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a_new, a) for a, a_new in zip(best, (new, J_n, r_n)))
+            best = tuple(
+                np.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a_new, a)
+                for a, a_new in zip(best, (new, J_n, r_n))
+            )
         new, J_n, r_n = best
         accept = best_f <= f[act]
         moved = np.max(np.abs(new - th) / (1.0 + np.abs(th)), axis=1)
@@ -557,7 +573,9 @@ def _at_bound(model: Any, theta: np.ndarray) -> np.ndarray:
     return (theta - model.lower <= tol) | (model.upper - theta <= tol)
 
 
-def _minimize(model: Any, y: np.ndarray, w: np.ndarray | None, delta: float, n_starts: int = DEFAULT_STARTS) -> _Solution:
+def _minimize(
+    model: Any, y: np.ndarray, w: np.ndarray | None, delta: float, n_starts: int = DEFAULT_STARTS
+) -> _Solution:
     """Multi-start L-BFGS-B, polished by Gauss-Newton; the status of the best solution."""
     starts = np.clip(model.starts(y), model.lower, model.upper)
     values = _objective(model, starts, y, w, delta)
@@ -714,7 +732,9 @@ class CurveFit:
         return modified_residuals(self.y - self.fitted, J[0])
 
 
-def fit_curve(compute: np.ndarray, loss: np.ndarray, form: str, delta: float, n_starts: int = DEFAULT_STARTS) -> CurveFit:
+def fit_curve(
+    compute: np.ndarray, loss: np.ndarray, form: str, delta: float, n_starts: int = DEFAULT_STARTS
+) -> CurveFit:
     """Point fit of one curve (inputs already checked)."""
     y = np.log(loss)
     model = _PowerModel(np.log(compute), np.zeros(y.size, dtype=int), 1, form == OFFSET_POWER, y)
@@ -722,7 +742,11 @@ def fit_curve(compute: np.ndarray, loss: np.ndarray, form: str, delta: float, n_
 
 
 def fit_joint_curves(
-    computes: Sequence[np.ndarray], losses: Sequence[np.ndarray], form: str, delta: float, n_starts: int = DEFAULT_STARTS
+    computes: Sequence[np.ndarray],
+    losses: Sequence[np.ndarray],
+    form: str,
+    delta: float,
+    n_starts: int = DEFAULT_STARTS,
 ) -> CurveFit:
     """Point fit of several curves with a shared exponent (and E); group g is the g-th curve."""
     log_c = np.concatenate([np.log(c) for c in computes])
@@ -737,7 +761,9 @@ def law_arrays(model: _PowerModel, theta: np.ndarray, g: int = 0) -> tuple[np.nd
     return model.log_a(theta, g), model.alpha(theta), model.e(theta)
 
 
-def bootstrap_curve(fit: CurveFit, n_boot: int, rng: np.random.Generator, delta: float) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_curve(
+    fit: CurveFit, n_boot: int, rng: np.random.Generator, delta: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Residual-bootstrap replicates of a single-curve fit: (theta (n_boot, p), ok (n_boot,))."""
     y_star = fit.fitted + residual_draws(fit.resampling_residuals(), n_boot, rng)
     return _refit(fit.model, fit.theta, y_star, None, delta)
@@ -774,7 +800,9 @@ def fit_power_law(
     form = normalize_form(form)
     _check_settings(delta, level, n_boot)
     n_params = 2 if form == POWER else 3
-    arrays, ids = clean_inputs({"compute": compute, "loss": loss}, run_ids, n_params, f"fit_power_law({form})", ("compute",))
+    arrays, ids = clean_inputs(
+        {"compute": compute, "loss": loss}, run_ids, n_params, f"fit_power_law({form})", ("compute",)
+    )
     c, l = arrays["compute"], arrays["loss"]
     samples: dict[str, np.ndarray | None] = {"A": None, "alpha": None, "E": None}
     failed = 0
@@ -850,7 +878,9 @@ def fit_power_law_joint(
     return joint_result(point, labels, form, delta, level, n_boot, failed, seed, draws, total - n_params)
 
 
-def bootstrap_joint(point: CurveFit, n_boot: int, rng: np.random.Generator, delta: float, y_star: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_joint(
+    point: CurveFit, n_boot: int, rng: np.random.Generator, delta: float, y_star: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Replicates of a joint fit: residuals resampled within each curve (curves may differ in noise)."""
     model = point.model
     if y_star is None:
@@ -928,7 +958,11 @@ def fit_chinchilla(
     """
     _check_settings(delta, level, n_boot)
     arrays, ids = clean_inputs(
-        {"n_params": n_params, "n_tokens": n_tokens, "loss": loss}, run_ids, 5, "fit_chinchilla", ("n_params", "n_tokens")
+        {"n_params": n_params, "n_tokens": n_tokens, "loss": loss},
+        run_ids,
+        5,
+        "fit_chinchilla",
+        ("n_params", "n_tokens"),
     )
     n, d, l = arrays["n_params"], arrays["n_tokens"], arrays["loss"]
     y = np.log(l)

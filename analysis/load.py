@@ -1,6 +1,6 @@
 """Load a whole results tree into DataFrames, reporting every run that cannot be used instead of failing.
 
-Reads only the parquet contract of :mod:`attnres.schema` (pyarrow, no torch). A results tree is
+Reads only the parquet contract of :mod:`attnres.storage.schema` (pyarrow, no torch). A results tree is
 ``RESULTS/<sweep>/<run_id>/`` folders; any folder below ``RESULTS`` holding a ``run.parquet`` or a
 ``config.yaml`` and no run folder below it is a run folder (so a single sweep folder or a single run folder
 loads too, and a sweep folder with its own config.yaml is not mistaken for a run).
@@ -8,7 +8,7 @@ loads too, and a sweep folder with its own config.yaml is not mistaken for a run
 What is reported as a :class:`Problem` (the run folder and the reason), never raised:
 
 * no ``run.parquet`` (never started, or crashed before its first write);
-* an unreadable file, or one written with another ``schema_version`` (:class:`attnres.schema.SchemaError`);
+* an unreadable file, or one written with another ``schema_version`` (:class:`attnres.storage.schema.SchemaError`);
 * a run not finished: status ``running`` (with its step), ``failed`` / ``diverged`` (with its error);
 * a finished run without a final ``val_loss``.
 
@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from attnres.schema import (
+from analysis.errors import ResultsError
+from attnres.storage.schema import (
     CONFIG_FILE,
     DEPTH_ATTN_FILE,
     DEPTH_ATTN_SCHEMA,
@@ -43,10 +44,12 @@ from attnres.schema import (
     read_table,
 )
 
-from analysis.errors import ResultsError
-
 TABLES = ("metrics", "layers", "depth_attn")
-_PER_RUN = {"metrics": (METRICS_FILE, METRICS_SCHEMA), "layers": (LAYERS_FILE, LAYERS_SCHEMA), "depth_attn": (DEPTH_ATTN_FILE, DEPTH_ATTN_SCHEMA)}
+_PER_RUN = {
+    "metrics": (METRICS_FILE, METRICS_SCHEMA),
+    "layers": (LAYERS_FILE, LAYERS_SCHEMA),
+    "depth_attn": (DEPTH_ATTN_FILE, DEPTH_ATTN_SCHEMA),
+}
 
 
 @dataclass(frozen=True)
@@ -157,64 +160,28 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
     per_run: dict[str, list[pd.DataFrame]] = {name: [] for name in tables}
     for folder in _run_folders(root):
         rel = folder.relative_to(root).as_posix() or "."
-        name = folder.name
-        run_path = folder / RUN_FILE
-        if not run_path.exists():
-            problems.append(Problem(rel, name, "no run.parquet: the run never started or crashed before writing it"))
+        frame = _read_run(folder, rel, problems)
+        if frame is None:
             continue
-        try:
-            table = read_table(run_path, RUN_SCHEMA)
-        except SchemaError as err:
-            problems.append(Problem(rel, name, f"run.parquet does not follow this version's contract: {err}"))
-            continue
-        except (pa.ArrowException, OSError, ValueError) as err:
-            problems.append(Problem(rel, name, f"run.parquet is unreadable ({type(err).__name__}: {err})"))
-            continue
-        frame = table.select(RUN_SCHEMA.names).to_pandas()
-        if len(frame) != 1:
-            problems.append(Problem(rel, name, f"run.parquet holds {len(frame)} rows instead of one"))
-            if frame.empty:
-                continue
-            frame = frame.iloc[[-1]]
-        frame.insert(len(frame.columns), "path", rel)
         row = frame.iloc[0]
-        run_id = str(row["run_id"])
-        status = str(row["status"])
-        if status not in STATUSES:
-            problems.append(Problem(rel, run_id, f"unknown status {status!r} (expected one of {', '.join(STATUSES)})"))
-        elif status == "running":
-            problems.append(Problem(rel, run_id, f"unfinished: status running at step {row['step']} of {row['max_steps']}"))
-        elif status in ("failed", "diverged"):
-            error = row["error"] if isinstance(row["error"], str) and row["error"] else "no error recorded"
-            problems.append(Problem(rel, run_id, f"{status}: {error}"))
-        else:
-            loss = pd.to_numeric(pd.Series([row["val_loss"]]), errors="coerce").iloc[0]
-            if pd.isna(loss) or not math.isfinite(loss) or loss <= 0:
-                shown = "missing" if pd.isna(loss) else f"{float(loss)!r}"
-                problems.append(Problem(rel, run_id, f"status done but val_loss is {shown}: the run is left out of the fits"))
+        status_problem = _status_problem(rel, row)
+        if status_problem is not None:
+            problems.append(status_problem)
         run_frames.append(frame)
         for tname in tables:
-            fname, schema = _PER_RUN[tname]
-            path = folder / fname
-            if not path.exists():
-                if tname == "metrics" and status == "done":
-                    problems.append(Problem(rel, run_id, "no metrics.parquet (loss curves of this run are missing)"))
-                continue
-            try:
-                t = read_table(path, schema).select(schema.names).to_pandas()
-            except SchemaError as err:
-                problems.append(Problem(rel, run_id, f"{fname} does not follow this version's contract: {err}"))
-                continue
-            except (pa.ArrowException, OSError, ValueError) as err:
-                problems.append(Problem(rel, run_id, f"{fname} is unreadable ({type(err).__name__}: {err})"))
-                continue
-            t.insert(0, "run_id", run_id)
-            t.insert(0, "sweep", str(row["sweep"]))
-            per_run[tname].append(t)
-    runs = pd.concat(run_frames, ignore_index=True) if run_frames else _empty(RUN_SCHEMA).assign(path=pd.Series([], dtype="str"))
+            t = _read_per_run(folder, rel, row, tname, problems)
+            if t is not None:
+                per_run[tname].append(t)
+    runs = (
+        pd.concat(run_frames, ignore_index=True)
+        if run_frames
+        else _empty(RUN_SCHEMA).assign(path=pd.Series([], dtype="str"))
+    )
     dupes = runs[runs.duplicated(["sweep", "run_id"], keep=False)] if len(runs) else runs
     for _, row in dupes.iterrows():
-        problems.append(Problem(str(row["path"]), str(row["run_id"]), "the same (sweep, run_id) appears in more than one folder"))
+        problems.append(
+            Problem(str(row["path"]), str(row["run_id"]), "the same (sweep, run_id) appears in more than one folder")
+        )
     frames = {}
     for tname, (_, schema) in _PER_RUN.items():
         parts = per_run.get(tname, [])
@@ -228,3 +195,70 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
         problems=tuple(problems),
         inputs_hash=_hash_runs(runs),
     )
+
+
+def _read_run(folder: Path, rel: str, problems: list[Problem]) -> pd.DataFrame | None:
+    """A run folder's run.parquet as one row with its ``path`` (``rel``), or None when it cannot be read; what
+    is wrong with it goes into ``problems``."""
+    name = folder.name
+    run_path = folder / RUN_FILE
+    if not run_path.exists():
+        problems.append(Problem(rel, name, "no run.parquet: the run never started or crashed before writing it"))
+        return None
+    try:
+        table = read_table(run_path, RUN_SCHEMA)
+    except SchemaError as err:
+        problems.append(Problem(rel, name, f"run.parquet does not follow this version's contract: {err}"))
+        return None
+    except (pa.ArrowException, OSError, ValueError) as err:
+        problems.append(Problem(rel, name, f"run.parquet is unreadable ({type(err).__name__}: {err})"))
+        return None
+    frame = table.select(RUN_SCHEMA.names).to_pandas()
+    if len(frame) != 1:
+        problems.append(Problem(rel, name, f"run.parquet holds {len(frame)} rows instead of one"))
+        if frame.empty:
+            return None
+        frame = frame.iloc[[-1]]
+    frame.insert(len(frame.columns), "path", rel)
+    return frame
+
+
+def _status_problem(rel: str, row: pd.Series) -> Problem | None:
+    """Why a run is left out of the fits by its status or its loss, or None for a finished run with a loss."""
+    run_id = str(row["run_id"])
+    status = str(row["status"])
+    if status not in STATUSES:
+        return Problem(rel, run_id, f"unknown status {status!r} (expected one of {', '.join(STATUSES)})")
+    if status == "running":
+        return Problem(rel, run_id, f"unfinished: status running at step {row['step']} of {row['max_steps']}")
+    if status in ("failed", "diverged"):
+        error = row["error"] if isinstance(row["error"], str) and row["error"] else "no error recorded"
+        return Problem(rel, run_id, f"{status}: {error}")
+    loss = pd.to_numeric(pd.Series([row["val_loss"]]), errors="coerce").iloc[0]
+    if pd.isna(loss) or not math.isfinite(loss) or loss <= 0:
+        shown = "missing" if pd.isna(loss) else f"{float(loss)!r}"
+        return Problem(rel, run_id, f"status done but val_loss is {shown}: the run is left out of the fits")
+    return None
+
+
+def _read_per_run(folder: Path, rel: str, row: pd.Series, tname: str, problems: list[Problem]) -> pd.DataFrame | None:
+    """One per-run table of a run (``tname``: "metrics", "layers" or "depth_attn") with its sweep and run_id
+    in front, or None when it is missing or unreadable (a finished run without metrics is a problem)."""
+    run_id, status = str(row["run_id"]), str(row["status"])
+    fname, schema = _PER_RUN[tname]
+    path = folder / fname
+    if not path.exists():
+        if tname == "metrics" and status == "done":
+            problems.append(Problem(rel, run_id, "no metrics.parquet (loss curves of this run are missing)"))
+        return None
+    try:
+        t = read_table(path, schema).select(schema.names).to_pandas()
+    except SchemaError as err:
+        problems.append(Problem(rel, run_id, f"{fname} does not follow this version's contract: {err}"))
+        return None
+    except (pa.ArrowException, OSError, ValueError) as err:
+        problems.append(Problem(rel, run_id, f"{fname} is unreadable ({type(err).__name__}: {err})"))
+        return None
+    t.insert(0, "run_id", run_id)
+    t.insert(0, "sweep", str(row["sweep"]))
+    return t

@@ -350,7 +350,9 @@ class MultiplierResult:
         }
 
 
-def wall_clock_multiplier(multiplier: Estimate | float, variant_flops_per_s: float, baseline_flops_per_s: float) -> Estimate:
+def wall_clock_multiplier(
+    multiplier: Estimate | float, variant_flops_per_s: float, baseline_flops_per_s: float
+) -> Estimate:
     """W = M * R_var / R_base: the baseline's wall time to reach the variant's loss over the variant's.
 
     R is a run's measured training throughput in FLOP/s (tokens_per_s * flops_per_token); both at the same
@@ -390,7 +392,13 @@ class _Side:
 
 def _side(obj: Any, label: str) -> _Side:
     if isinstance(obj, PowerLawFit):
-        return _Side(label, obj.law, curve_fit_from(obj), CurveData(label, np.asarray(obj.compute), np.asarray(obj.loss)), obj.delta)
+        return _Side(
+            label,
+            obj.law,
+            curve_fit_from(obj),
+            CurveData(label, np.asarray(obj.compute), np.asarray(obj.loss)),
+            obj.delta,
+        )
     if isinstance(obj, PowerLaw):
         if not (obj.A > 0 and obj.alpha > 0 and obj.E >= 0):
             raise FitInputError(f"compute_multiplier: {label} curve needs A > 0, alpha > 0 and E >= 0, got {obj}")
@@ -437,36 +445,12 @@ def compute_multiplier(
     base = _side(baseline, "baseline")
     notes: list[str] = []
     points = not isinstance(variant, (PowerLawFit, PowerLaw))
-    if points:
-        try:
-            compute, loss = variant
-        except (TypeError, ValueError):
-            raise FitInputError("compute_multiplier: variant must be a fit, a PowerLaw, or a pair (compute, loss)") from None
-        arrays, _ = clean_inputs({"compute": compute, "loss": loss}, None, 1, "compute_multiplier(variant points)")
-        data = CurveData("variant", arrays["compute"], arrays["loss"])
-        var = _Side("variant", base.law, None, data, base.delta)
-        n_params = 3 if base.form == OFFSET_POWER else 2
-        if np.unique(data.compute).size > n_params:
-            with single_threaded_blas():
-                var.fit = fit_curve(data.compute, data.loss, base.form, base.delta)
-            var.law = var.fit.model.law(var.fit.theta)
-        else:
-            notes.append("too few variant points to estimate their noise: the interval reflects the baseline fit only")
-    else:
-        var = _side(variant, "variant")
+    var = _points_side(variant, base, notes) if points else _side(variant, "variant")
     if shared_exponent and (points or base.fit is None or var.fit is None or base.form != var.form):
-        raise FitInputError("compute_multiplier: shared_exponent=True needs two fits (from fit_power_law) of the same form")
-    if points:
-        at_values = data.compute
-    elif at is None:
-        if var.data is None:
-            raise FitInputError("compute_multiplier: give `at=` (compute values) when the variant is a bare PowerLaw")
-        at_values = np.unique(var.data.compute)
-    else:
-        at_values = np.atleast_1d(np.asarray(at, dtype=float)).reshape(-1)
-        if at_values.size == 0 or not np.all(np.isfinite(at_values) & (at_values > 0)):
-            raise FitInputError(f"compute_multiplier: `at` must be positive, finite compute values, got {at!r}")
-
+        raise FitInputError(
+            "compute_multiplier: shared_exponent=True needs two fits (from fit_power_law) of the same form"
+        )
+    at_values = _at_values(at, var, points)
     sides = [s for s in (base, var) if s.fit is not None]
     study = run_study(
         [s.data for s in sides],
@@ -478,7 +462,63 @@ def compute_multiplier(
         joint=shared_exponent,
         fits={s.label: s.fit for s in sides},
     )
-    labels = [s.label for s in sides]
+    stat, method = _log_multiplier(study, base, var, at_values, shared_exponent, points)
+    n_var = 1 if points else (var.data.compute.size if var.data is not None else 0)
+    return MultiplierResult(
+        compute=tuple(float(c) for c in at_values),
+        multiplier=tuple(multiplier_estimates(stat, level)),
+        method=method,
+        level=level,
+        n_boot=study.n_boot,
+        n_boot_failed=stat.failed,
+        n_runs_baseline=base.data.compute.size if base.data is not None else 0,
+        n_runs_variant=tuple(n_var for _ in at_values),
+        note="; ".join(notes),
+    )
+
+
+def _points_side(variant: Any, base: _Side, notes: list[str]) -> _Side:
+    """The variant side of :func:`compute_multiplier` from measured points ``(compute, loss)``: fitted in the
+    baseline's form when there are more points than parameters (to estimate their noise), else the
+    baseline's curve with a note."""
+    try:
+        compute, loss = variant
+    except (TypeError, ValueError):
+        raise FitInputError(
+            "compute_multiplier: variant must be a fit, a PowerLaw, or a pair (compute, loss)"
+        ) from None
+    arrays, _ = clean_inputs({"compute": compute, "loss": loss}, None, 1, "compute_multiplier(variant points)")
+    data = CurveData("variant", arrays["compute"], arrays["loss"])
+    var = _Side("variant", base.law, None, data, base.delta)
+    n_params = 3 if base.form == OFFSET_POWER else 2
+    if np.unique(data.compute).size > n_params:
+        with single_threaded_blas():
+            var.fit = fit_curve(data.compute, data.loss, base.form, base.delta)
+        var.law = var.fit.model.law(var.fit.theta)
+    else:
+        notes.append("too few variant points to estimate their noise: the interval reflects the baseline fit only")
+    return var
+
+
+def _at_values(at: float | Sequence[float] | None, var: _Side, points: bool) -> np.ndarray:
+    """The compute values M is computed at: the measured points, ``at``, or the variant's measured compute."""
+    if points:
+        return var.data.compute
+    if at is None:
+        if var.data is None:
+            raise FitInputError("compute_multiplier: give `at=` (compute values) when the variant is a bare PowerLaw")
+        return np.unique(var.data.compute)
+    at_values = np.atleast_1d(np.asarray(at, dtype=float)).reshape(-1)
+    if at_values.size == 0 or not np.all(np.isfinite(at_values) & (at_values > 0)):
+        raise FitInputError(f"compute_multiplier: `at` must be positive, finite compute values, got {at!r}")
+    return at_values
+
+
+def _log_multiplier(
+    study: Study, base: _Side, var: _Side, at_values: np.ndarray, shared_exponent: bool, points: bool
+) -> tuple[_Stat, str]:
+    """log M at ``at_values`` with its replicates, and the method: "shared", "points" or "curves"."""
+    labels = [s.label for s in (base, var) if s.fit is not None]
     ok = _mask(study, labels)
     failed = 0 if ok is None else int((~ok).sum())
     df = study.df(*labels) if labels else math.inf
@@ -487,29 +527,20 @@ def compute_multiplier(
     if shared_exponent:
         stat = shared_log_multiplier(study, "variant", "baseline")
         draws = None if stat.draws is None else np.repeat(stat.draws, at_values.size, axis=1)
-        stat, method = _Stat(np.repeat(stat.value, at_values.size), draws, stat.failed, stat.df), "shared"
-        failed = stat.failed
-    elif points:
+        return _Stat(np.repeat(stat.value, at_values.size), draws, stat.failed, stat.df), "shared"
+    if points:
+        data = var.data
         value = log_compute_for_loss(bm, bt, np.log(data.loss)[None])[0] - log_c
         draws = None
         if ok is not None:
-            y_pt = study.y_point["variant"][ok] if var.fit is not None else np.broadcast_to(np.log(data.loss), (int(ok.sum()), data.loss.size))
+            y_pt = (
+                study.y_point["variant"][ok]
+                if var.fit is not None
+                else np.broadcast_to(np.log(data.loss), (int(ok.sum()), data.loss.size))
+            )
             draws = log_compute_for_loss(bm, br[ok], y_pt) - log_c
-        stat, method = _Stat(value, draws, failed, df), "points"
-    else:
-        vm, vt, vr = var.thetas(study)
-        value = log_compute_for_loss(bm, bt, log_loss_at(vm, vt, log_c))[0] - log_c
-        draws = None if ok is None else log_compute_for_loss(bm, br[ok], log_loss_at(vm, vr[ok], log_c)) - log_c
-        stat, method = _Stat(value, draws, failed, df), "curves"
-    n_var = 1 if points else (var.data.compute.size if var.data is not None else 0)
-    return MultiplierResult(
-        compute=tuple(float(c) for c in at_values),
-        multiplier=tuple(multiplier_estimates(stat, level)),
-        method=method,
-        level=level,
-        n_boot=study.n_boot,
-        n_boot_failed=failed,
-        n_runs_baseline=base.data.compute.size if base.data is not None else 0,
-        n_runs_variant=tuple(n_var for _ in at_values),
-        note="; ".join(notes),
-    )
+        return _Stat(value, draws, failed, df), "points"
+    vm, vt, vr = var.thetas(study)
+    value = log_compute_for_loss(bm, bt, log_loss_at(vm, vt, log_c))[0] - log_c
+    draws = None if ok is None else log_compute_for_loss(bm, br[ok], log_loss_at(vm, vr[ok], log_c)) - log_c
+    return _Stat(value, draws, failed, df), "curves"

@@ -22,8 +22,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.fit import HUBER_DELTA, _minimize
 from analysis.errors import AnalysisError
+from analysis.fit import HUBER_DELTA, _minimize
+from attnres.variants import Variant
 
 SELECT_METHODS = ("mean", "best")
 BUDGET_RTOL = 0.05  # runs whose FLOPs differ by less than this (relative) share a budget (steps are rounded)
@@ -39,7 +40,9 @@ def finished_runs(runs: pd.DataFrame) -> pd.DataFrame:
     bad = ~(loss.notna() & np.isfinite(loss) & (loss > 0))
     if bad.any():
         names = ", ".join(done.loc[bad, "run_id"].astype(str))
-        warnings.warn(f"dropped {int(bad.sum())} finished run(s) with a missing or invalid val_loss: {names}", stacklevel=2)
+        warnings.warn(
+            f"dropped {int(bad.sum())} finished run(s) with a missing or invalid val_loss: {names}", stacklevel=2
+        )
     return done[~bad]
 
 
@@ -56,7 +59,7 @@ def curve_labels(runs: pd.DataFrame) -> pd.Series:
     labels = variant.copy()
     for v in split_variants:
         mask = (variant == v) & n_blocks.notna()
-        labels[mask] = v + "-N" + n_blocks[mask].astype(int).astype(str)
+        labels[mask] = [Variant(v, n).curve() for n in n_blocks[mask].astype(int)]
     return labels
 
 
@@ -72,9 +75,24 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
         raise AnalysisError(f"unknown selection {method!r}; use 'mean' (mean over seeds) or 'best' (best run)")
     runs = finished_runs(runs)
     columns = [
-        "sweep", "curve", "variant", "n_blocks", "n_layer", "d_model", "params", "tokens", "flops", "flops_per_token",
-        "loss", "lr", "n_runs", "n_runs_total", "run_ids", "run_losses", "flops_per_s",
-    ]  # fmt: skip
+        "sweep",
+        "curve",
+        "variant",
+        "n_blocks",
+        "n_layer",
+        "d_model",
+        "params",
+        "tokens",
+        "flops",
+        "flops_per_token",
+        "loss",
+        "lr",
+        "n_runs",
+        "n_runs_total",
+        "run_ids",
+        "run_losses",
+        "flops_per_s",
+    ]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     runs = runs.assign(curve=curve_labels(runs), val_loss=pd.to_numeric(runs["val_loss"]))
@@ -108,7 +126,11 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
                 "flops_per_s": float(throughput.mean()) if throughput.notna().any() else math.nan,
             }
         )
-    return pd.DataFrame(rows, columns=columns).sort_values(["sweep", "curve", "flops"], kind="stable").reset_index(drop=True)
+    return (
+        pd.DataFrame(rows, columns=columns)
+        .sort_values(["sweep", "curve", "flops"], kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 def budget_groups(flops: np.ndarray, rtol: float = BUDGET_RTOL) -> np.ndarray:
@@ -129,7 +151,9 @@ def needs_frontier(points: pd.DataFrame, rtol: float = BUDGET_RTOL) -> bool:
     """Whether any curve has more than one model shape at one budget (an IsoFLOP grid)."""
     for _, group in points.groupby(["sweep", "curve"]):
         ids = budget_groups(group["flops"].to_numpy(), rtol)
-        shapes = group.assign(budget=ids).groupby("budget")[["n_layer", "d_model"]].apply(lambda g: len(g.drop_duplicates()))
+        shapes = (
+            group.assign(budget=ids).groupby("budget")[["n_layer", "d_model"]].apply(lambda g: len(g.drop_duplicates()))
+        )
         if (shapes > 1).any():
             return True
     return False
@@ -157,13 +181,17 @@ def isoflop_frontier(
             where = f"{sweep}/{curve} at C={c_mean:.3g}"
             sizes = b["params"].to_numpy(dtype=float)
             if np.unique(sizes).size < 3:
-                notes.append(f"{where}: dropped, {np.unique(sizes).size} model size(s); an IsoFLOP minimum needs at least 3")
+                notes.append(
+                    f"{where}: dropped, {np.unique(sizes).size} model size(s); an IsoFLOP minimum needs at least 3"
+                )
                 continue
             loss = b["loss"].to_numpy(dtype=float)
             k = int(np.argmin(loss))
             if sizes[k] in (sizes.min(), sizes.max()):
                 end = "smallest" if sizes[k] == sizes.min() else "largest"
-                notes.append(f"{where}: dropped, the lowest loss is at the {end} size (the optimum is off the grid; extend it)")
+                notes.append(
+                    f"{where}: dropped, the lowest loss is at the {end} size (the optimum is off the grid; extend it)"
+                )
                 continue
             x = np.log(sizes)
             centre, scale = float(x.mean()), float(x.std()) or 1.0
@@ -171,7 +199,9 @@ def isoflop_frontier(
             sol = _minimize(_QuadraticModel(t), np.log(loss), None, delta, n_starts=1)
             c0, c1, c2 = sol.theta
             if sol.status != "converged":
-                notes.append(f"{where}: the quadratic fit of the IsoFLOP minimum has status {sol.status} ({sol.message})")
+                notes.append(
+                    f"{where}: the quadratic fit of the IsoFLOP minimum has status {sol.status} ({sol.message})"
+                )
             if not c2 > 0:
                 notes.append(f"{where}: dropped, the loss is not convex in log N over this budget's sizes")
                 continue

@@ -24,10 +24,10 @@ _EXPORTS = {
     "RuntimeConfig": "attnres.config",
     "RunConfig": "attnres.config",
     "ConfigError": "attnres.config",
-    "count_params": "attnres.counting",
-    "count_flops": "attnres.counting",
+    "count_params": "attnres.costs",
+    "count_flops": "attnres.costs",
     "AttnResLM": "attnres.model",
-    "Recorder": "attnres.depth",
+    "Recorder": "attnres.mixers",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -20,24 +20,19 @@ import math
 import textwrap
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from attnres.variants import Variant
+
 RESIDUALS = ("baseline", "full", "block", "denseformer", "hc", "mhc")
 Residual = Literal["baseline", "full", "block", "denseformer", "hc", "mhc"]
 ATTNRES = ("full", "block")
-
-
-def split_variant(label: str) -> tuple[str, int | None] | None:
-    """``(residual, n_blocks)`` of a variant label, ``baseline``, ``full`` or ``block<N>`` (e.g. ``block4``); None
-    for any other label (the caller names its own alternatives)."""
-    if label in ("baseline", "full"):
-        return label, None
-    if label.startswith("block") and label[5:].isdigit():
-        return "block", int(label[5:])
-    return None
+# the model settings only some residuals read (besides the AttnRes ablation switches, checked on their own)
+ONLY_FOR = {"n_blocks": ("block",), "hc_streams": ("hc", "mhc"), "key_norm_gain": ATTNRES}
 
 
 class ConfigError(ValueError):
@@ -70,7 +65,8 @@ class ModelConfig:
     seq_len: int = 256
     """Context length in tokens."""
     residual: Residual = "block"
-    """Depth mixing: baseline (PreNorm residual sum), full (Full AttnRes), block (Block AttnRes); ablation baselines denseformer, hc (Hyper-Connections), mhc (manifold-constrained HC)."""
+    """Depth mixing: baseline (PreNorm residual sum), full (Full AttnRes), block (Block AttnRes); ablation
+    baselines denseformer, hc (Hyper-Connections), mhc (manifold-constrained HC)."""
     n_blocks: int = 4
     """Block AttnRes: number of depth blocks N, from 1 to 2 * n_layer (used only when residual is block)."""
     d_ff: int | None = None
@@ -90,9 +86,11 @@ class ModelConfig:
     depth_score: Literal["softmax", "sigmoid"] = "softmax"
     """AttnRes ablation: softmax over the sources (the paper), or an independent sigmoid per source."""
     depth_query: Literal["static", "input"] = "static"
-    """AttnRes ablation: static pseudo-query (the paper), or input: a zero-initialised d x d projection of the previous sublayer's input."""
+    """AttnRes ablation: static pseudo-query (the paper), or input: a zero-initialised d x d projection of the
+    previous sublayer's input."""
     depth_mixing: Literal["attention", "scalar"] = "attention"
-    """AttnRes ablation: attention (the paper), or scalar: learned input-independent logits per (query, source), no query or key."""
+    """AttnRes ablation: attention (the paper), or scalar: learned input-independent logits per (query, source), no
+    query or key."""
     depth_heads: int = 1
     """AttnRes ablation: depth-attention heads; each of H channel groups gets its own softmax."""
     depth_window: int = 0
@@ -131,11 +129,22 @@ class ModelConfig:
                 f"ModelConfig: {', '.join(switches)} only apply to AttnRes (residual full or block), "
                 f"not residual={self.residual!r}; remove them or pick full / block",
             )
+        # one rule for every setting a residual does not read: it must stay at its default (a value set there would
+        # be silently ignored, and the run would not be what its config says)
+        for name, readers in ONLY_FOR.items():
+            value, default = getattr(self, name), ModelConfig.__dataclass_fields__[name].default
+            _require(
+                self.residual in readers or value == default,
+                f"ModelConfig.{name}={value!r} applies to residual {' / '.join(readers)} only, not "
+                f"residual={self.residual!r}; remove it (default {default!r}) or pick {' / '.join(readers)}",
+            )
         _require(
             self.depth_heads >= 1 and self.d_model % self.depth_heads == 0,
             f"ModelConfig.depth_heads={self.depth_heads} must be >= 1 and divide d_model={self.d_model}",
         )
-        _require(self.depth_window >= 0, f"ModelConfig.depth_window must be >= 0 (0: all sources), got {self.depth_window}")
+        _require(
+            self.depth_window >= 0, f"ModelConfig.depth_window must be >= 0 (0: all sources), got {self.depth_window}"
+        )
         _require(
             self.depth_window == 0 or self.residual == "full",
             f"ModelConfig.depth_window={self.depth_window} applies to Full AttnRes only (residual=full)",
@@ -149,34 +158,20 @@ class ModelConfig:
     @property
     def ablation_switches(self) -> list[str]:
         """The AttnRes ablation switches set away from the paper's method, as ``name=value``."""
-        paper = {"key_norm": True, "depth_score": "softmax", "depth_query": "static", "depth_mixing": "attention",
-                 "depth_heads": 1, "depth_window": 0}
+        paper = {
+            "key_norm": True,
+            "depth_score": "softmax",
+            "depth_query": "static",
+            "depth_mixing": "attention",
+            "depth_heads": 1,
+            "depth_window": 0,
+        }
         return [f"{k}={getattr(self, k)}" for k, v in paper.items() if getattr(self, k) != v]
 
     @property
     def variant(self) -> str:
-        """The name a run's depth mixing is grouped by in the results: the residual kind, plus any ablation.
-
-        ``baseline``, ``full``, ``block`` (N is the separate ``n_blocks`` column), ``denseformer``, ``hc4`` /
-        ``mhc4`` (with the stream count), and e.g. ``full+sigmoid``, ``block+no_key_norm``, ``full+window8``,
-        ``block+heads16``, ``full+input_query``, ``full+scalar`` for the AttnRes ablations.
-        """
-        if self.residual in ("hc", "mhc"):
-            return f"{self.residual}{self.hc_streams}"
-        tags = []
-        if not self.key_norm:
-            tags.append("no_key_norm")
-        if self.depth_score != "softmax":
-            tags.append(self.depth_score)
-        if self.depth_query != "static":
-            tags.append("input_query")
-        if self.depth_mixing != "attention":
-            tags.append(self.depth_mixing)
-        if self.depth_heads != 1:
-            tags.append(f"heads{self.depth_heads}")
-        if self.depth_window:
-            tags.append(f"window{self.depth_window}")
-        return "+".join([self.residual, *tags])
+        """The results' ``variant`` column: the residual kind plus any ablation (see :mod:`attnres.variants`)."""
+        return Variant.of(self).name
 
     @property
     def n_sublayers(self) -> int:
@@ -234,7 +229,8 @@ class DataConfig:
     """Where the training text comes from and how it is split."""
 
     corpus: str = "builtin"
-    """builtin (KJV Bible + Shakespeare, shipped with the package), or a path to a text file or a folder of .txt files."""
+    """builtin (KJV Bible + Shakespeare, shipped with the package), or a path to a text file or a folder of .txt
+    files."""
     val_fraction: float = 0.02
     """Fraction of the corpus's contiguous chunks held out for validation."""
     chunk_tokens: int = 8192
@@ -301,7 +297,9 @@ class TrainConfig:
             _require(self.flops > 0, f"TrainConfig.flops must be positive, got {self.flops!r}")
         _positive(self, "batch_size", "lr", "eval_interval", "eval_tokens", "log_interval", "eps")
         _require(0.0 <= self.warmup_frac < 1.0, f"TrainConfig.warmup_frac must be in [0, 1), got {self.warmup_frac}")
-        _require(0.0 <= self.min_lr_ratio <= 1.0, f"TrainConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        _require(
+            0.0 <= self.min_lr_ratio <= 1.0, f"TrainConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}"
+        )
         _require(
             0.0 < self.wsd_decay_frac <= 1.0 - self.warmup_frac,
             f"TrainConfig.wsd_decay_frac must be in (0, 1 - warmup_frac], got {self.wsd_decay_frac}",
@@ -332,7 +330,8 @@ class RuntimeConfig:
     progress_bar: bool = True
     """Show Lightning's progress bar."""
     compile: bool = False
-    """torch.compile the model (baseline, ablations) or each sublayer (Full / Block; plus fused depth kernels on GPU)."""
+    """torch.compile the model (baseline, ablations) or each sublayer (Full / Block; plus fused depth kernels on
+    GPU)."""
 
     def __post_init__(self) -> None:
         _positive(self, "devices", "num_nodes")
@@ -379,13 +378,12 @@ class RunConfig:
         default reproduces the old behaviour keeps every existing run id (and results tree) valid.
         """
         m = self.model
-        variant = m.variant.replace("block", f"block{m.n_blocks}", 1) if m.residual == "block" else m.variant
         changed = {
             section: {k: v for k, v in values.items() if v != _defaults(type(getattr(self, section)))[k]}
             for section, values in self.identity.items()
         }
         digest = hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:10]
-        return f"{variant}-L{m.n_layer}-d{m.d_model}-s{self.train.seed}-{digest}"
+        return f"{Variant.of(m).label}-L{m.n_layer}-d{m.d_model}-s{self.train.seed}-{digest}"
 
 
 @cache
@@ -394,7 +392,7 @@ def _defaults(cls: type) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# dict <-> dataclass, with type checking and clear errors
+# dict <-> dataclass: OmegaConf structured configs and dotlist overrides, with errors that name the field
 # ---------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "runtime": RuntimeConfig}
@@ -432,122 +430,125 @@ def _type_name(tp: Any) -> str:
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against the annotation ``tp``; accept the string forms YAML and the CLI produce."""
-    origin = get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
-            if type(None) in args:
-                return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError as err:
-                errors.append(err)
-        raise ConfigError(f"{where} must be {_type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        allowed = get_args(tp)
-        if value in allowed:
-            return value
-        hint = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
-        raise ConfigError(
-            f"{where}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}"
-            + (f" (did you mean {hint[0]!r}?)" if hint else "")
-        )
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        number = _number(value)
-        if number is not None and float(number).is_integer():
-            return int(number)
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        number = _number(value)
-        if number is not None:
-            return float(number)
-        raise ConfigError(f"{where} must be a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{where} must be a string, got {value!r}")
-    raise TypeError(f"unsupported config annotation {tp!r} at {where}")  # a bug in this module, not user input
+def _kind(tp: Any) -> str:
+    """How an error names what a field takes."""
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_kind(a) if a is not type(None) else "null" for a in get_args(tp))
+    return names.get(tp, _type_name(tp))
 
 
-def _number(value: Any) -> float | int | None:
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, str):
-        try:
-            return float(value.replace("_", ""))
-        except ValueError:
-            return None
-    return None
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
-def _unknown_key(where: str, key: str, allowed: list[str]) -> ConfigError:
-    hint = difflib.get_close_matches(key, allowed, n=1)
+def as_number(value: Any) -> float | None:
+    """A number written as YAML or the command line write them (``2e6``, ``1_000``, ``3e-3``), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def unknown_key(section: str, key: str, allowed: list[str] | tuple[str, ...]) -> ConfigError:
+    """The one message for a key that is not a field: the closest field, and every field allowed there."""
+    hint = difflib.get_close_matches(str(key), list(allowed), n=1)
     return ConfigError(
-        f"unknown config key {where}{key!r}"
-        + (f"; did you mean {where}{hint[0]!r}?" if hint else "")
-        + f" Allowed here: {', '.join(allowed)}. See `attnres train --help`."
+        f"unknown config key {section}{key!r}"
+        + (f"; did you mean {section}{hint[0]!r}?" if hint else "")
+        + f" Allowed here: {', '.join(allowed)}. See `attnres train --help` and docs/sweeps.md."
     )
 
 
-def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
-    """Build a (nested) config dataclass from a plain dict, rejecting unknown keys and wrong types."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or cls.__name__} must be a mapping of fields, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs: dict[str, Any] = {}
+def _prepare(cls: type, data: Any, where: str) -> dict[str, Any]:
+    """``data`` with the spellings OmegaConf's types do not take turned into the ones they do: integers written as
+    floats (``tokens: 2e6``, which YAML reads as a string) and ``none`` for null. Non-finite numbers are refused
+    here (OmegaConf takes ``inf`` and ``nan`` as floats). Unknown keys and wrong types are left to OmegaConf."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where.rstrip('.') or cls.__name__} must be a mapping of fields, got {data!r}")
+    out = {}
     for key, value in data.items():
-        if key not in names:
-            raise _unknown_key(where, str(key), names)
-        tp = hints[key]
+        tp = _hints(cls).get(key)
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = from_dict(tp, value or {}, f"{where}{key}.")
-        else:
-            kwargs[key] = _coerce(value, tp, f"{where}{key}")
-    return cls(**kwargs)
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``model.n_layer=4`` -> (['model', 'n_layer'], '4'); values are typed later, against the field."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} is not of the form key=value (e.g. model.n_layer=4)")
-    key, value = text.split("=", 1)
-    parts = [p for p in key.strip().split(".") if p]
-    if not parts:
-        raise ConfigError(f"override {text!r} has an empty key")
-    return parts, value.strip()
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set ``key=value`` overrides into a nested dict (a copy); unknown keys are caught by :func:`from_dict`."""
-    out = json.loads(json.dumps(data))
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {part!r} is not a section")
-        node[parts[-1]] = value
+            value = _prepare(tp, value or {}, f"{where}{key}.")
+        elif tp is not None:
+            args = get_args(tp) if get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+            number = as_number(value)
+            if type(None) in args and isinstance(value, str) and value.strip().lower() in ("null", "none", "~"):
+                value = None
+            elif number is not None and (int in args or float in args) and not math.isfinite(number):
+                raise ConfigError(f"{where}{key} must be a finite number, got {value!r}")
+            elif number is not None and int in args and float not in args and number.is_integer():
+                value = int(number)
+        out[key] = value
     return out
+
+
+def _field_at(cls: type, data: Any, path: list[str]) -> tuple[Any, Any]:
+    """The annotation of the field at ``path`` under ``cls`` and the value ``data`` gives it."""
+    tp: Any = cls
+    for part in path:
+        tp = _hints(tp).get(part) if dataclasses.is_dataclass(tp) else None
+        data = data.get(part) if isinstance(data, Mapping) else None
+    return tp, data
+
+
+def _explain(err: Exception, cls: type, data: Mapping[str, Any], where: str) -> ConfigError:
+    """One line that names the field and what it takes, from an OmegaConf error."""
+    from omegaconf.errors import ConfigKeyError
+
+    path = [p for p in str(getattr(err, "full_key", None) or "").split(".") if p]
+    key = where + ".".join(path)
+    if isinstance(err, ConfigKeyError) and path:
+        parent, _ = _field_at(cls, data, path[:-1])
+        allowed = [f.name for f in dataclasses.fields(parent)] if dataclasses.is_dataclass(parent) else []
+        return unknown_key(where + "".join(f"{p}." for p in path[:-1]), path[-1], allowed)
+    tp, value = _field_at(cls, data, path)
+    if tp is None or not path:
+        return ConfigError(f"{key or cls.__name__}: {str(err).splitlines()[0]}")
+    if dataclasses.is_dataclass(tp):
+        return ConfigError(f"{key} must be a mapping of fields, got {value!r}")
+    if get_origin(tp) is Literal:
+        hint = difflib.get_close_matches(str(value), [str(a) for a in get_args(tp)], n=1)
+        return ConfigError(
+            f"{key}={value!r} is not allowed; choose {_kind(tp)}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
+    return ConfigError(f"{key} must be {_kind(tp)}, got {value!r}")
+
+
+def from_dict(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
+    """Build a (nested) config dataclass from a plain dict: types and unknown keys are checked by OmegaConf's
+    structured configs, the cross-field rules by each dataclass's ``__post_init__``; every error is a
+    :class:`ConfigError` naming the field (``where`` prefixes its name, for a grid's sections)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    prepared = _prepare(cls, data, where)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), prepared))
+    except OmegaConfBaseException as err:
+        raise _explain(err, cls, prepared, where) from None
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``key=value`` overrides (``model.n_layer=4``, OmegaConf's dotlist) set into a copy of a nested dict; values
+    are typed against their fields later, by :func:`from_dict`, which also catches unknown keys."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for text in overrides:
+        if "=" not in text or not text.split("=", 1)[0].strip(".").strip():
+            raise ConfigError(f"override {text!r} is not of the form key=value (e.g. model.n_layer=4)")
+    try:
+        merged = OmegaConf.merge(OmegaConf.create(dict(data)), OmegaConf.from_dotlist(list(overrides)))
+        return OmegaConf.to_container(merged)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"overrides {' '.join(overrides)}: {str(err).splitlines()[0]}") from None
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -585,7 +586,9 @@ def help_text() -> str:
     for section, cls in SECTIONS.items():
         lines.append(f"\n{section}.*  ({(cls.__doc__ or '').strip()})")
         docs = field_docs(cls)
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         for f in dataclasses.fields(cls):
-            lines.append(f"  {section}.{f.name}: {_type_name(hints[f.name])} = {f.default!r}\n      {docs.get(f.name, '')}")
+            lines.append(
+                f"  {section}.{f.name}: {_type_name(hints[f.name])} = {f.default!r}\n      {docs.get(f.name, '')}"
+            )
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The decoder-only language model, top to bottom: embedding, transformer blocks, final norm, LM head.
 
 The residual path is not hard-wired: every sublayer reads its input from a depth mixer and writes its raw
-output back to it (:mod:`attnres.depth`), so the same model is the PreNorm baseline, Full AttnRes or Block
+output back to it (:mod:`attnres.mixers`), so the same model is the PreNorm baseline, Full AttnRes or Block
 AttnRes depending on ``ModelConfig.residual``.
 
 Initialisation (the same for every variant, so comparisons start from the same weights): embeddings and
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnres.config import ModelConfig
-from attnres.depth import AttnRes, DepthMixer, Recorder, build_mixer
+from attnres.mixers import AttnRes, DepthMixer, Recorder, build_mixer
 
 
 class RMSNorm(nn.Module):
@@ -111,7 +111,7 @@ class AttnResLM(nn.Module):
     """Decoder-only LM whose residual connections are a :class:`DepthMixer` chosen by ``cfg.residual``.
 
     ``forward(tokens)`` maps (B, T) int64 tokens to (B, T, vocab_size) logits. Pass a
-    :class:`~attnres.depth.Recorder` to collect diagnostics; without one the forward does no extra work.
+    :class:`~attnres.mixers.Recorder` to collect diagnostics; without one the forward does no extra work.
     """
 
     def __init__(self, cfg: ModelConfig, reference_depth: bool = False) -> None:
@@ -168,10 +168,10 @@ def compile_model(model: AttnResLM, fuse_depth: bool) -> nn.Module:
 
     Baseline and ablation mixers: the whole model. Full / Block AttnRes: every sublayer, and with
     ``fuse_depth`` the depth attention's element-wise work through the fused kernels of
-    :mod:`attnres.depth_kernels`. The hand-written autograd functions around them stay eager, because
+    :mod:`attnres.kernels.fused`. The hand-written autograd functions around them stay eager, because
     tracing through them loses gradients (their backward accumulates into buffers that the compiled graph
     does not see). Training fuses on GPU only: on CPU the depth work is bound by memory traffic and the fused
-    kernels measured no faster than the eager ones (slower for Full AttnRes; README, Performance).
+    kernels measured no faster than the eager ones (slower for Full AttnRes; docs/performance.md).
     """
     if isinstance(model.depth, AttnRes):
         model.depth.fused = fuse_depth

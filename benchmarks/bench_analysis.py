@@ -13,10 +13,14 @@ timings go to stdout.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic results writer lives in tests/
 
 
 def best_of(repeat: int, fn):  # noqa: ANN001, ANN201
@@ -37,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import analysis
-    from analysis.synthetic import write_synthetic_results
+    from tests.synthetic_results import write_synthetic_results
 
     with tempfile.TemporaryDirectory() as tmp:
         tree = write_synthetic_results(tmp, seeds=args.seeds, noise=0.003, tables=False)
@@ -51,12 +55,18 @@ def main() -> None:
 
         def api() -> list:
             fits = {v: analysis.fit_power_law(c, l, args.form, n_boot=args.n_boot) for v, (c, l) in data.items()}
-            return [analysis.compute_multiplier(fits["baseline"], fits[v], at=float(np.max(data[v][0]))) for v in ("full", "block")]
+            return [
+                analysis.compute_multiplier(fits["baseline"], fits[v], at=float(np.max(data[v][0])))
+                for v in ("full", "block")
+            ]
 
         t_api, mults = best_of(args.repeat, api)
 
     sweep = report.sweeps[0]
-    print(f"analysis benchmark: 3 variants x 7 budgets x {args.seeds} seed(s), {args.n_boot} bootstrap resamples, form {args.form}")
+    print(
+        f"analysis benchmark: 3 variants x 7 budgets x {args.seeds} seed(s), {args.n_boot} bootstrap resamples, "
+        f"form {args.form}"
+    )
     print(f"  load_results (runs table)                       {t_load:7.3f} s")
     print(f"  fit_results (everything `attnres fit` computes) {t_fit:7.3f} s")
     print(f"  fit_power_law x3 + compute_multiplier x2        {t_api:7.3f} s")

@@ -21,12 +21,12 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from attnres.budget import run_budget
 from attnres.config import resolve_run_config
-from attnres.data import TrainBatches, load_corpus
-from attnres.lit import LitLM, build_scheduler, parameter_groups
-from attnres.runlog import RunLogger, RunRow
-from attnres.system import pin_malloc
+from attnres.costs import run_budget
+from attnres.data.corpus import TrainBatches, load_corpus
+from attnres.runtime import pin_malloc
+from attnres.training.module import LitLM, build_scheduler, parameter_groups
+from attnres.training.run_log import RunLogger, RunRow
 
 
 class _Timer(L.Callback):
@@ -41,8 +41,14 @@ def lightning_tokens_per_s(cfg, corpus, steps: int, out: Path) -> float:
     lit = LitLM(cfg, corpus, steps)
     timer = _Timer()
     trainer = L.Trainer(
-        accelerator="cpu", max_steps=steps, max_epochs=-1, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=True,
+        accelerator="cpu",
+        max_steps=steps,
+        max_epochs=-1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=True,
         callbacks=[RunLogger(out, RunRow(cfg, run_budget(cfg))), timer],
     )
     trainer.fit(lit)
@@ -52,7 +58,9 @@ def lightning_tokens_per_s(cfg, corpus, steps: int, out: Path) -> float:
 def plain_tokens_per_s(cfg, corpus, steps: int) -> float:
     lit = LitLM(cfg, corpus, steps)  # the same model and initialisation; used here as a plain nn.Module
     model = lit.model
-    opt = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2))
+    opt = torch.optim.AdamW(
+        parameter_groups(model, cfg.train.weight_decay), lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2)
+    )
     sched = build_scheduler(opt, cfg, steps)
     batches = TrainBatches(corpus.train, cfg.train.batch_size, cfg.model.seq_len, cfg.train.seed, steps)
     start = time.perf_counter()
@@ -77,10 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     pin_malloc()
     warnings.filterwarnings("ignore")
-    print(f"threads={torch.get_num_threads()} steps={args.steps} rounds={args.rounds} torch={torch.__version__} lightning={L.__version__}")
+    print(
+        f"threads={torch.get_num_threads()} steps={args.steps} rounds={args.rounds} torch={torch.__version__} "
+        f"lightning={L.__version__}"
+    )
     for size in args.sizes.split(","):
         d_model, n_layer = (int(v) for v in size.split("x"))
-        cfg = resolve_run_config(None, [f"model.d_model={d_model}", f"model.n_layer={n_layer}", "model.seq_len=256", "train.batch_size=16"])
+        cfg = resolve_run_config(
+            None, [f"model.d_model={d_model}", f"model.n_layer={n_layer}", "model.seq_len=256", "train.batch_size=16"]
+        )
         corpus = load_corpus(cfg.data)
         lightning, plain = [], []
         with tempfile.TemporaryDirectory() as tmp:

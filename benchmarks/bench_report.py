@@ -25,26 +25,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from analysis.synthetic import write_synthetic_results  # noqa: E402
+from tests.synthetic_results import write_synthetic_results  # noqa: E402
 
 
 def write_tree(root: Path) -> int:
     write_synthetic_results(root, sweep="scaling", budgets=np.geomspace(1e15, 1e18, 7), seeds=2, noise=0.003)
     kw = dict(sweep="ablation", budgets=[1e16], seeds=1, noise=0.002)
-    write_synthetic_results(root, multipliers={"baseline": 1.0, "full": 1.27, "full+sigmoid": 1.2, "block+no_key_norm": 1.15}, **kw)
+    write_synthetic_results(
+        root, multipliers={"baseline": 1.0, "full": 1.27, "full+sigmoid": 1.2, "block+no_key_norm": 1.15}, **kw
+    )
     for n, m in ((1, 1.02), (2, 1.22), (4, 1.25), (8, 1.24)):
         write_synthetic_results(root, multipliers={"block": m}, n_blocks=n, rng_seed=n, **kw)
     return sum(1 for _ in root.rglob("run.parquet"))
 
 
 def digest(out: Path, files: list[Path]) -> dict[str, str]:
-    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.name != ".report-files.json"}
+    return {
+        p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in files
+        if p.name != ".report-files.json"
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pdf", action="store_true", help="also write PDFs")
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000, as attnres report)")
+    parser.add_argument(
+        "--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000, as attnres report)"
+    )
     args = parser.parse_args()
     import reports
 
@@ -60,8 +68,10 @@ def main() -> int:
             summary = reports.build_report(root, out, pdf=args.pdf, n_boot=args.n_boot)
             timings.append(time.perf_counter() - t0)
             digests.append(digest(out, list(summary.files)))
-            print(f"build {k + 1}: {timings[-1]:.1f} s, {len(summary.figures)} figures, {len(summary.skipped)} skipped, "
-                  f"{len(summary.files)} files")  # fmt: skip
+            print(
+                f"build {k + 1}: {timings[-1]:.1f} s, {len(summary.figures)} figures, {len(summary.skipped)} skipped, "
+                f"{len(summary.files)} files"
+            )
         print("headline:")
         for h in summary.headline:
             print(f"  {h.text()}")
@@ -70,7 +80,10 @@ def main() -> int:
         same = digests[0] == digests[1]
         differ = sorted(k for k in digests[0] if digests[0].get(k) != digests[1].get(k))
         print(f"report for {n_runs} runs: {min(timings):.1f} s (best of 2; target < 60 s on 2 CPU cores)")
-        print("two builds identical (report.md, report.json, fit.json, every figure and table): " + ("yes" if same else f"NO: {differ}"))
+        print(
+            "two builds identical (report.md, report.json, fit.json, every figure and table): "
+            + ("yes" if same else f"NO: {differ}")
+        )
         return 0 if same else 1
 
 

@@ -1,6 +1,6 @@
 """Training-step time and peak memory of baseline vs Full vs Block AttnRes, side by side in one process.
 
-    python benchmarks/bench_step.py                       # CPU, fp32, 2 threads, the README's table
+    python benchmarks/bench_step.py                       # CPU, fp32, 2 threads, the table in docs/performance.md
     python benchmarks/bench_step.py --device cuda --dtype bf16 --sizes 1024x16 --variants baseline,block8
     python benchmarks/bench_step.py --compile             # every variant as runtime.compile=true trains it
     python benchmarks/bench_step.py --sizes 256x8 --variants baseline,block4,block4-eager   # the CPU kernels' gain
@@ -13,8 +13,8 @@ memory is measured in a separate pass: on CUDA ``torch.cuda.max_memory_allocated
 parameters, gradients and optimizer state plus the peak of the step's allocations as recorded by the PyTorch
 profiler. ``depth ms`` times the depth mixing alone (forward + backward of the mixer, with each sublayer
 replaced by a cheap element-wise stand-in; with ``--compile`` on CUDA or with ``--fused-depth``, through the
-fused kernels of ``attnres.depth_kernels``). On CPU the depth attention runs through the C++ kernels of
-``attnres.depth_native`` where they build (the header says ``native=True``); a variant named with ``-eager``
+fused kernels of ``attnres.kernels.fused``). On CPU the depth attention runs through the C++ kernels of
+``attnres.kernels.cpu`` where they build (the header says ``native=True``); a variant named with ``-eager``
 (``block4-eager``) runs it in torch ops instead, side by side with the others.
 """
 
@@ -25,26 +25,27 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 
-from attnres import depth_native
-from attnres.config import ConfigError, ModelConfig, split_variant
-from attnres.depth import AttnRes, build_mixer
+from attnres.config import ConfigError, ModelConfig
+from attnres.kernels import cpu as cpu_kernels
+from attnres.mixers import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
-from attnres.system import pin_malloc
+from attnres.runtime import pin_malloc
+from attnres.variants import Variant
 
-
-EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.depth_native's CPU kernels
+EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
     base = name.removesuffix(EAGER)
-    residual, n_blocks = split_variant(base) or (base, None)  # other residuals (the ablations) as they are
+    main = Variant.parse_main(base) or Variant(base)  # other residuals (the ablations) as they are
+    residual, n_blocks = main.name, main.n_blocks
     extra = {} if n_blocks is None else {"n_blocks": n_blocks}
     return ModelConfig(n_layer=n_layer, d_model=d_model, n_head=n_head, seq_len=seq_len, residual=residual, **extra)
 
@@ -69,12 +70,12 @@ class Runner:
 
 @contextmanager
 def native_kernels(enabled: bool) -> Iterator[None]:
-    """attnres.depth_native's CPU kernels on or off for the block (they are on by default where they build)."""
-    saved, depth_native.enabled = depth_native.enabled, enabled and depth_native.enabled
+    """attnres.kernels.cpu's CPU kernels on or off for the block (they are on by default where they build)."""
+    saved, cpu_kernels.enabled = cpu_kernels.enabled, enabled and cpu_kernels.enabled
     try:
         yield
     finally:
-        depth_native.enabled = saved
+        cpu_kernels.enabled = saved
 
 
 def sync(device: torch.device) -> None:
@@ -142,7 +143,8 @@ def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     return (x[j - 1], x[n - j]) if j >= 1 else (x[0], x[-1])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, with every variant and size checked before anything is timed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast (GPU)")
@@ -158,106 +160,121 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="torch.compile every variant as runtime.compile=true")
     parser.add_argument(
-        "--fused-depth", action="store_true", help="the fused depth kernels (attnres.depth_kernels) on any device"
+        "--fused-depth", action="store_true", help="the fused depth kernels (attnres.kernels.fused) on any device"
     )
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU here; run it on a GPU machine")
-    variants = args.variants.split(",")
-    if variants[0] != "baseline":
+    args.variant_names = args.variants.split(",")
+    if args.variant_names[0] != "baseline":
         parser.error("--variants must start with baseline (ratios are to the baseline)")
-    for name in variants:
+    for name in args.variant_names:
         base = name.removesuffix(EAGER)
         if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
-    sizes = []
+    args.size_list = []
     for size in args.sizes.split(","):  # every model is checked before any is timed
         parts = size.lower().split("x")
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
             parser.error(f"--sizes: {size!r} is not d_model x n_layer (e.g. 256x8)")
         d_model, n_layer = int(parts[0]), int(parts[1])
         try:
-            for name in variants:
+            for name in args.variant_names:
                 variant_config(name, d_model, n_layer, args.seq_len, max(1, d_model // args.head_dim))
         except ConfigError as err:
             parser.error(f"--sizes {size} with --variants {args.variants}: {err}")
-        sizes.append((size, d_model, n_layer))
+        args.size_list.append((size, d_model, n_layer))
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
         pin_malloc()
-    autocast = args.dtype == "bf16"
     # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
     fused = args.fused_depth or (args.compile and device.type == "cuda")
-    results = []
     print(
         f"device={device.type} dtype={args.dtype} threads={torch.get_num_threads()} batch={args.batch} "
         f"seq_len={args.seq_len} repeats={args.repeats} compile={args.compile} fused_depth={args.fused_depth} "
-        f"native={device.type == 'cpu' and depth_native.enabled and depth_native.ops() is not None} "
+        f"native={device.type == 'cpu' and cpu_kernels.enabled and cpu_kernels.ops() is not None} "
         f"torch={torch.__version__}"
     )
-    for size, d_model, n_layer in sizes:
-        n_head = max(1, d_model // args.head_dim)
-        torch.manual_seed(0)
-        tokens = torch.randint(0, 256, (args.batch, args.seq_len + 1), device=device)
-        runners, depth_runs = [], []
-        for name in variants:
-            cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
-            torch.manual_seed(0)
-            model = AttnResLM(cfg).to(device)
-            if args.compile:  # as runtime.compile=true trains: see attnres.model.compile_model
-                model = compile_model(model, fuse_depth=fused)
-            elif isinstance(model.depth, AttnRes):
-                model.depth.fused = fused
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            runners.append(Runner(name, model, opt, tokens, autocast))
-            dtype = torch.bfloat16 if autocast else torch.float32
-            depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=not name.endswith(EAGER)))
-        for runner, depth in zip(runners, depth_runs):
-            for _ in range(args.warmup):
-                runner.step()
-                depth()
-        step_s = {r.name: [] for r in runners}
-        depth_s = {r.name: [] for r in runners}
-        ratios = {r.name: [] for r in runners}
-        for rep in range(args.repeats):
-            order = list(range(len(runners)))
-            order = order[rep % len(order) :] + order[: rep % len(order)]
-            for i in order:
-                step_s[runners[i].name].append(timed(runners[i].step, device))
-                depth_s[runners[i].name].append(timed(depth_runs[i], device))
-            for r in runners:
-                ratios[r.name].append(step_s[r.name][-1] / step_s["baseline"][-1])
-        peaks = {r.name: peak_bytes(r, device) for r in runners}
-        print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
-        print(f"{'variant':>12} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
-        for r in runners:
-            low, high = median_ci(ratios[r.name])
-            row = {
-                "size": size,
-                "variant": r.name,
-                "step_ms": 1e3 * statistics.median(step_s[r.name]),
-                "step_ratio": statistics.median(ratios[r.name]),
-                "step_ratio_ci95": [low, high],
-                "step_ratio_min": min(ratios[r.name]),
-                "step_ratio_max": max(ratios[r.name]),
-                "peak_mib": peaks[r.name] / 2**20,
-                "peak_ratio": peaks[r.name] / peaks["baseline"],
-                "depth_ms": 1e3 * statistics.median(depth_s[r.name]),
-            }
-            results.append(row)
-            print(
-                f"{r.name:>12} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
-                f"[{low:.3f}, {high:.3f}] {row['peak_mib']:9.1f} "
-                f"{row['peak_ratio']:7.3f} {row['depth_ms']:9.2f}"
-            )
+    results = []
+    for size, d_model, n_layer in args.size_list:
+        results += bench_size(args, size, d_model, n_layer, device, fused)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=2)
+            json.dump({"args": {k: v for k, v in vars(args).items() if k in ARG_KEYS}, "results": results}, f, indent=2)
     return 0
+
+
+ARG_KEYS = ("device", "dtype", "threads", "sizes", "seq_len", "batch", "head_dim", "variants", "repeats", "warmup")
+ARG_KEYS += ("compile", "fused_depth", "json")
+
+
+def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device, fused: bool) -> list[dict]:
+    """Every variant at one size, interleaved: the step's time and peak memory, and depth mixing alone."""
+    autocast = args.dtype == "bf16"
+    n_head = max(1, d_model // args.head_dim)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 256, (args.batch, args.seq_len + 1), device=device)
+    runners, depth_runs = [], []
+    for name in args.variant_names:
+        cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
+        torch.manual_seed(0)
+        model = AttnResLM(cfg).to(device)
+        if args.compile:  # as runtime.compile=true trains: see attnres.model.compile_model
+            model = compile_model(model, fuse_depth=fused)
+        elif isinstance(model.depth, AttnRes):
+            model.depth.fused = fused
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        runners.append(Runner(name, model, opt, tokens, autocast))
+        dtype = torch.bfloat16 if autocast else torch.float32
+        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=not name.endswith(EAGER)))
+    for runner, depth in zip(runners, depth_runs):
+        for _ in range(args.warmup):
+            runner.step()
+            depth()
+    step_s = {r.name: [] for r in runners}
+    depth_s = {r.name: [] for r in runners}
+    ratios = {r.name: [] for r in runners}
+    for rep in range(args.repeats):
+        order = list(range(len(runners)))
+        order = order[rep % len(order) :] + order[: rep % len(order)]
+        for i in order:
+            step_s[runners[i].name].append(timed(runners[i].step, device))
+            depth_s[runners[i].name].append(timed(depth_runs[i], device))
+        for r in runners:
+            ratios[r.name].append(step_s[r.name][-1] / step_s["baseline"][-1])
+    peaks = {r.name: peak_bytes(r, device) for r in runners}
+    print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
+    print(f"{'variant':>12} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
+    rows = []
+    for r in runners:
+        low, high = median_ci(ratios[r.name])
+        row = {
+            "size": size,
+            "variant": r.name,
+            "step_ms": 1e3 * statistics.median(step_s[r.name]),
+            "step_ratio": statistics.median(ratios[r.name]),
+            "step_ratio_ci95": [low, high],
+            "step_ratio_min": min(ratios[r.name]),
+            "step_ratio_max": max(ratios[r.name]),
+            "peak_mib": peaks[r.name] / 2**20,
+            "peak_ratio": peaks[r.name] / peaks["baseline"],
+            "depth_ms": 1e3 * statistics.median(depth_s[r.name]),
+        }
+        rows.append(row)
+        print(
+            f"{r.name:>12} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
+            f"[{low:.3f}, {high:.3f}] {row['peak_mib']:9.1f} "
+            f"{row['peak_ratio']:7.3f} {row['depth_ms']:9.2f}"
+        )
+    return rows
 
 
 if __name__ == "__main__":

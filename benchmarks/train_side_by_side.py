@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnres.config import ConfigError, resolve_run_config, split_variant
+from attnres.config import ConfigError, resolve_run_config
+from attnres.variants import Variant
 
 
 def variant_overrides(name: str) -> list[str]:
-    residual, n_blocks = split_variant(name)  # main() checked the name
+    main = Variant.parse_main(name)  # main() checked the name
+    residual, n_blocks = main.name, main.n_blocks
     return [f"model.residual={residual}"] + ([] if n_blocks is None else [f"model.n_blocks={n_blocks}"])
 
 
@@ -44,10 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     variants = args.variants.split(",")
     for name in variants:
-        if split_variant(name) is None:
+        if Variant.parse_main(name) is None:
             parser.error(f"--variants: {name!r} is not baseline, full or blockN (e.g. block8)")
     # one evaluation, at the end; the caller's overrides may change these, the variant's come last
-    common = ["train.eval_interval=1000000000", "train.log_interval=5", f"runtime.accelerator={args.accelerator}", *overrides]
+    common = [
+        "train.eval_interval=1000000000",
+        "train.log_interval=5",
+        f"runtime.accelerator={args.accelerator}",
+        *overrides,
+    ]
     for name in variants:  # every variant's config is checked before the first one trains
         try:
             resolve_run_config(None, [*common, *variant_overrides(name)])
@@ -58,14 +65,27 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(args.out or tmp)
         rates = {}
         for name in variants:
-            cmd = [sys.executable, "-m", "attnres.cli", "train", *common, *variant_overrides(name), "--no-progress", "--out", str(root / name)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "attnres.cli",
+                "train",
+                *common,
+                *variant_overrides(name),
+                "--no-progress",
+                "--out",
+                str(root / name),
+            ]
             done = subprocess.run(cmd)
             if done.returncode != 0:
                 print(f"{name}: attnres train failed (exit {done.returncode}): {' '.join(cmd)}", file=sys.stderr)
                 return 1
             run, rates[name] = train_rate(root / name)
-            print(f"{name:>10}: {run.status}, step {run.step}, val_loss {run.val_loss:.4f}, {run.precision} on {run.device}, "
-                  f"{rates[name]:,.0f} tokens/s")
+            print(
+                f"{name:>10}: {run.status}, step {run.step}, val_loss {run.val_loss:.4f}, {run.precision} on "
+                f"{run.device}, "
+                f"{rates[name]:,.0f} tokens/s"
+            )
         reference = variants[0]
         for name in variants[1:]:
             print(f"{name} step time / {reference}'s: {rates[reference] / rates[name]:.3f}")

@@ -30,7 +30,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from reports.data import MissingData
 from reports.document import Block, Bullets, Heading, Image, Paragraph, Table, to_html, to_markdown
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analysis import Estimate, FitReport, Results
+    from analysis import Estimate, FitReport, Results, SweepFit
 
 REPORT_FORMAT = "attnres-report/1"
 FIGURE_FORMATS = ("png", "svg", "pdf")
@@ -57,8 +57,13 @@ class FigureRecord:
     files: tuple[Path, ...]
 
     def to_dict(self, root: Path) -> dict[str, Any]:
-        return {"name": self.name, "sweep": self.sweep, "title": self.title, "caption": self.caption,
-                "files": [p.relative_to(root).as_posix() for p in self.files]}  # fmt: skip
+        return {
+            "name": self.name,
+            "sweep": self.sweep,
+            "title": self.title,
+            "caption": self.caption,
+            "files": [p.relative_to(root).as_posix() for p in self.files],
+        }
 
 
 @dataclass(frozen=True)
@@ -94,16 +99,28 @@ class Headline:
 
     def text(self) -> str:
         pct = int(round(self.level * 100))
-        return (f"{self.label}: M = {self.multiplier.text(3)} ({pct}% CI) at {self.compute:.3g} {self.compute_unit}, "
-                f"{self.exponent} exponent, {self.n_runs_variant} vs {self.n_runs_baseline} runs, fits {self.status}")  # fmt: skip
+        return (
+            f"{self.label}: M = {self.multiplier.text(3)} ({pct}% CI) at {self.compute:.3g} {self.compute_unit}, "
+            f"{self.exponent} exponent, {self.n_runs_variant} vs {self.n_runs_baseline} runs, fits {self.status}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         from analysis.bootstrap import json_number
 
-        return {"sweep": self.sweep, "variant": self.variant, "label": self.label, "compute": json_number(self.compute),
-                "compute_unit": self.compute_unit, "multiplier": self.multiplier.to_dict(), "level": self.level,
-                "exponent": self.exponent, "n_runs_variant": self.n_runs_variant, "n_runs_baseline": self.n_runs_baseline,
-                "status": self.status, "text": self.text()}  # fmt: skip
+        return {
+            "sweep": self.sweep,
+            "variant": self.variant,
+            "label": self.label,
+            "compute": json_number(self.compute),
+            "compute_unit": self.compute_unit,
+            "multiplier": self.multiplier.to_dict(),
+            "level": self.level,
+            "exponent": self.exponent,
+            "n_runs_variant": self.n_runs_variant,
+            "n_runs_baseline": self.n_runs_baseline,
+            "status": self.status,
+            "text": self.text(),
+        }
 
 
 @dataclass(frozen=True)
@@ -141,11 +158,15 @@ def save_figure(fig: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
     """Write ``fig`` as ``stem.<format>`` for each format, deterministically (no dates or versions in the
     files, fixed SVG ids), each file written atomically; closes the figure."""
     import matplotlib.pyplot as plt
-    from attnres.schema import atomic_write_bytes
 
+    from attnres.storage.schema import atomic_write_bytes
     from reports.style import DPI, rc_context
 
-    metadata = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}, "pdf": {"CreationDate": None, "Creator": None, "Producer": None}}
+    metadata = {
+        "png": {"Software": None},
+        "svg": {"Date": None, "Creator": None},
+        "pdf": {"CreationDate": None, "Creator": None, "Producer": None},
+    }
     paths = []
     try:
         with rc_context():
@@ -163,51 +184,52 @@ def save_figure(fig: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
 _CAPTIONS = {
     "scaling_curves": (
         "Scaling curves",
-        "Validation loss against training compute on log-log axes: markers are the points the fits use ({points}; faint hollow "
-        "markers are the individual runs), lines the fitted power laws per variant, and the lower panel shows each as a percentage "
-        "of the baseline's fitted loss, so below 0 % means a lower loss than the baseline at the same compute; the box gives each "
-        "variant's multiplier M at its largest budget with its {pct}% interval.",
+        "Validation loss against training compute on log-log axes: markers are the points the fits use ({points}; "
+        "faint hollow markers are the individual runs), lines the fitted power laws per variant, and the lower panel "
+        "shows each as a percentage of the baseline's fitted loss, so below 0 % means a lower loss than the baseline "
+        "at the same compute; the box gives each variant's multiplier M at its largest budget with its {pct}% "
+        "interval.",
     ),
     "multiplier": (
         "Effective compute multiplier",
-        "The compute the baseline needs to reach a variant's loss, divided by the variant's own compute (M), at each measured "
-        "budget with its {pct}% bootstrap interval, and from the fitted curves (solid: the headline, shared exponent or separate "
-        "exponents; dotted: the other); M above the dashed line at 1 means the variant saves compute, and the thin dotted grey "
-        "line is the paper's value from its own fits (their data).",
+        "The compute the baseline needs to reach a variant's loss, divided by the variant's own compute (M), at each "
+        "measured budget with its {pct}% bootstrap interval, and from the fitted curves (solid: the headline, shared "
+        "exponent or separate exponents; dotted: the other); M above the dashed line at 1 means the variant saves "
+        "compute, and the thin dotted grey line is the paper's value from its own fits (their data).",
     ),
     "loss_curves": (
         "Loss during training",
-        "Loss against training tokens for each variant at one model size (left: the whole run on log tokens; right: the second "
-        "half of training on linear axes), one line per seed of the chosen learning rate; lower is better.",
+        "Loss against training tokens for each variant at one model size (left: the whole run on log tokens; right: "
+        "the second half of training on linear axes), one line per seed of the chosen learning rate; lower is better.",
     ),
     "block_output_rms": (
         "Output magnitude per transformer block",
-        "RMS (over tokens and channels) of the hidden state each transformer block hands on to the next, against depth, at the "
-        "end of training (for the baseline this is the residual stream); the paper reports that the baseline's grows with depth "
-        "while AttnRes keeps it bounded.",
+        "RMS (over tokens and channels) of the hidden state each transformer block hands on to the next, against "
+        "depth, at the end of training (for the baseline this is the residual stream); the paper reports that the "
+        "baseline's grows with depth while AttnRes keeps it bounded.",
     ),
     "block_grad_norm": (
         "Gradient magnitude per transformer block",
-        "L2 norm of the gradients of each transformer block's parameters against depth at the end of training; the paper "
-        "reports outsized gradients in the baseline's early blocks and a more even profile with AttnRes.",
+        "L2 norm of the gradients of each transformer block's parameters against depth at the end of training; the "
+        "paper reports outsized gradients in the baseline's early blocks and a more even profile with AttnRes.",
     ),
     "block_size_ablation": (
         "Block-size ablation",
-        "Validation loss against the block size S in sublayers (S = 1 is Full AttnRes, S = L a single block) at one model size, "
-        "labelled with the number of blocks N, error bars the range over seeds, and the baseline as the horizontal line; points "
-        "below the line beat the baseline.",
+        "Validation loss against the block size S in sublayers (S = 1 is Full AttnRes, S = L a single block) at one "
+        "model size, labelled with the number of blocks N, error bars the range over seeds, and the baseline as the "
+        "horizontal line; points below the line beat the baseline.",
     ),
     "depth_attention": (
         "Depth attention",
-        "Mean depth-attention weight (over tokens) that each reading sublayer (row) puts on each source (column; emb = the "
-        "embedding), pre-attention sublayers left and pre-MLP sublayers right with the LM head's final aggregation as the last "
-        "row; each row sums to 1, grey cells are sources a row cannot see{block}.",
+        "Mean depth-attention weight (over tokens) that each reading sublayer (row) puts on each source (column; emb = "
+        "the embedding), pre-attention sublayers left and pre-MLP sublayers right with the LM head's final aggregation "
+        "as the last row; each row sums to 1, grey cells are sources a row cannot see{block}.",
     ),
     "paper_fits": (
         "The paper's published fits (reference)",
-        "The paper's own fits L = A C^-alpha in PFLOP/s-days (their data, tokenizer and FLOP count), drawn apart from our runs "
-        "because neither the losses nor the compute are comparable; only the multiplier they imply (1.25 for Block at C = 5.6) "
-        "compares with ours.",
+        "The paper's own fits L = A C^-alpha in PFLOP/s-days (their data, tokenizer and FLOP count), drawn apart from "
+        "our runs because neither the losses nor the compute are comparable; only the multiplier they imply (1.25 for "
+        "Block at C = 5.6) compares with ours.",
     ),
 }
 
@@ -256,10 +278,17 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     builder = _Builder(results, fit, out, formats, paper, strict)
-    blocks = builder.document()
-    from attnres.schema import atomic_write_bytes
+    headline = builder.headlines()
+    document = builder.document(headline)
+    blocks = document.blocks
+    from attnres.storage.schema import atomic_write_bytes
 
-    md_path, html_path, json_path, fit_path = out / "report.md", out / "report.html", out / "report.json", out / "fit.json"
+    md_path, html_path, json_path, fit_path = (
+        out / "report.md",
+        out / "report.html",
+        out / "report.json",
+        out / "fit.json",
+    )
     atomic_write_bytes(md_path, to_markdown(blocks).encode())
     written = [md_path]
     if html:
@@ -268,8 +297,8 @@ def build_report(
         written.append(html_path)
     atomic_write_bytes(fit_path, fit.to_json().encode())
     written.append(fit_path)
-    files = builder.files + written + [json_path]
-    record = builder.to_json(files)
+    files = document.files + written + [json_path]
+    record = builder.to_json(document, headline, files)
     atomic_write_bytes(json_path, (json.dumps(record, indent=2, allow_nan=False) + "\n").encode())
     _remove_stale(out, files)
     return ReportSummary(
@@ -279,9 +308,9 @@ def build_report(
         report_json=json_path,
         fit_json=fit_path,
         files=tuple(files),
-        figures=tuple(builder.figures),
-        skipped=tuple(builder.skipped),
-        headline=tuple(builder.headline),
+        figures=tuple(document.figures),
+        skipped=tuple(document.skipped),
+        headline=tuple(headline),
         fit=fit,
         results=results,
         seconds=time.perf_counter() - started,
@@ -304,9 +333,14 @@ def _remove_stale(out: Path, files: Iterable[Path]) -> None:
             old = []
         for rel in old:
             path = (out / rel).resolve()
-            if path not in keep and out.resolve() in path.parents and path.suffix in (".png", ".svg", ".pdf", ".csv") and path.exists():
+            if (
+                path not in keep
+                and out.resolve() in path.parents
+                and path.suffix in (".png", ".svg", ".pdf", ".csv")
+                and path.exists()
+            ):
                 path.unlink()
-    from attnres.schema import atomic_write_bytes
+    from attnres.storage.schema import atomic_write_bytes
 
     atomic_write_bytes(previous, json.dumps(sorted(p.relative_to(out).as_posix() for p in files)).encode())
 
@@ -351,91 +385,156 @@ def _fmt_int(v: Any) -> str:
     return "" if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else str(int(v))
 
 
+@dataclass
+class _Section:
+    """What one part of the report adds: its blocks, the figures and tables it wrote (report.json lists them),
+    the files of those, and what it skipped. Parts are made on their own and joined in document order."""
+
+    blocks: list[Block | _FigureTitle] = field(default_factory=list)
+    figures: list[FigureRecord] = field(default_factory=list)
+    tables: list[dict[str, Any]] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @classmethod
+    def join(cls, parts: Iterable[_Section]) -> _Section:
+        out = cls()
+        for part in parts:
+            out.blocks += part.blocks
+            out.figures += part.figures
+            out.tables += part.tables
+            out.files += part.files
+            out.skipped += part.skipped
+        return out
+
+
+@dataclass(frozen=True)
+class _FigureTitle:
+    """A figure's heading before the document numbers its figures: ``Figure <n>. <label>``."""
+
+    label: str
+
+
+def _number_figures(blocks: Iterable[Block | _FigureTitle]) -> list[Block]:
+    """The blocks with each figure's heading numbered in document order."""
+    out: list[Block] = []
+    n = 0
+    for b in blocks:
+        if isinstance(b, _FigureTitle):
+            n += 1
+            b = Heading(f"Figure {n}. {b.label}", 4)
+        out.append(b)
+    return out
+
+
 class _Builder:
     """Draws the figures and tables of every sweep and assembles the document (one build, one instance)."""
 
-    def __init__(self, results: Results, fit: FitReport, out: Path, formats: tuple[str, ...], paper: bool, strict: bool):
-        self.results, self.fit, self.out, self.formats, self.paper, self.strict = results, fit, out, formats, paper, strict
-        self.files: list[Path] = []
-        self.figures: list[FigureRecord] = []
-        self.skipped: list[Skipped] = []
-        self.headline: list[Headline] = []
-        self.tables: list[dict[str, Any]] = []
-        self.figure_number = 0
+    def __init__(
+        self, results: Results, fit: FitReport, out: Path, formats: tuple[str, ...], paper: bool, strict: bool
+    ):
+        self.results, self.fit, self.out, self.formats, self.paper, self.strict = (
+            results,
+            fit,
+            out,
+            formats,
+            paper,
+            strict,
+        )
         self.settings = fit.settings
         self.pct = int(round(self.settings.level * 100))
         self.sweeps = [s.sweep for s in fit.sweeps]  # every sweep of the results, or those the fit options chose
 
     # -- drawing ------------------------------------------------------------------------------------------
 
-    def _attempt(self, name: str, sweep: str | None, make: Callable[[], Any]) -> Any:
+    def _attempt(self, name: str, sweep: str | None, make: Callable[[], Any]) -> tuple[Any, list[Skipped]]:
+        """``make()``, or None and why it was skipped."""
         try:
-            return make()
+            return make(), []
         except MissingData as err:
-            self.skipped.append(Skipped(name, sweep, str(err)))
+            return None, [Skipped(name, sweep, str(err))]
         except Exception as err:  # one broken figure must not stop the report
             if self.strict:
                 raise
             print(f"attnres report: {name} (sweep {sweep}) failed:\n{traceback.format_exc()}", file=sys.stderr)
-            self.skipped.append(Skipped(name, sweep, f"failed with {type(err).__name__}: {err}"))
-        return None
+            return None, [Skipped(name, sweep, f"failed with {type(err).__name__}: {err}")]
 
-    def figure(self, name: str, sweep: str | None, make: Callable[[], Any], caption_key: str, subject: str | None = None, **fmt: Any) -> list[Block]:
-        fig = self._attempt(name, sweep, make)
+    def figure(
+        self,
+        name: str,
+        sweep: str | None,
+        make: Callable[[], Any],
+        caption_key: str,
+        subject: str | None = None,
+        **fmt: Any,
+    ) -> _Section:
+        """The figure ``make()`` draws, saved and shown with its caption; or the reason it was skipped."""
+        fig, skipped = self._attempt(name, sweep, make)
         if fig is None:
-            return []
+            return _Section(skipped=skipped)
         folder = self.out / "figures" / (_safe(sweep) if sweep else "reference")
         paths = save_figure(fig, folder / name, self.formats)
-        self.files += paths
         title, caption = _CAPTIONS[caption_key]
         caption = caption.format(pct=self.pct, **fmt)
-        self.figure_number += 1
-        record = FigureRecord(name, sweep, title, caption, tuple(paths))
-        self.figures.append(record)
         png = next(p for p in paths if p.suffix == ".png")
         rel = png.relative_to(self.out).as_posix()
         others = tuple(p.relative_to(self.out).as_posix() for p in paths if p.suffix != ".png")
         label = title + (f": {subject}" if subject else "")
-        return [Heading(f"Figure {self.figure_number}. {label}", 4), Image(rel, label, caption, others)]
+        return _Section(
+            blocks=[_FigureTitle(label), Image(rel, label, caption, others)],
+            figures=[FigureRecord(name, sweep, title, caption, tuple(paths))],
+            files=list(paths),
+        )
 
-    def table(self, name: str, sweep: str, make: Callable[[], pd.DataFrame]) -> pd.DataFrame | None:
-        frame = self._attempt(name, sweep, make)
+    def table(
+        self, name: str, sweep: str, make: Callable[[], pd.DataFrame], show: Callable[[pd.DataFrame], list[Block]]
+    ) -> _Section:
+        """The table ``make()`` computes, saved as CSV and shown by ``show``; or the reason it was skipped."""
+        frame, skipped = self._attempt(name, sweep, make)
         if frame is None:
-            return None
-        from attnres.schema import atomic_write_bytes
+            return _Section(skipped=skipped)
+        from attnres.storage.schema import atomic_write_bytes
 
         path = self.out / "tables" / _safe(sweep) / f"{name}.csv"
         atomic_write_bytes(path, frame.to_csv(index=False, float_format="%.17g").encode())
-        self.files.append(path)
-        self.tables.append({"name": name, "sweep": sweep, "file": path.relative_to(self.out).as_posix(),
-                            "attrs": dict(frame.attrs), "rows": frame.to_dict(orient="records")})  # fmt: skip
-        return frame
+        record = {
+            "name": name,
+            "sweep": sweep,
+            "file": path.relative_to(self.out).as_posix(),
+            "attrs": dict(frame.attrs),
+            "rows": frame.to_dict(orient="records"),
+        }
+        return _Section(blocks=show(frame), tables=[record], files=[path])
 
     # -- the document -------------------------------------------------------------------------------------
 
-    def document(self) -> list[Block]:
-        blocks: list[Block] = [Heading(f"AttnRes report: {_title_name(self.results)}", 1)]
-        blocks += self.provenance()
-        sweep_blocks = [self.sweep_section(s) for s in self.sweeps]
-        blocks += self.headline_section()
-        for section in sweep_blocks:
-            blocks += section
+    def document(self, headline: Sequence[Headline]) -> _Section:
+        """The whole report: every section joined, figures numbered, and what was written and skipped."""
+        parts = [self.sweep_section(s) for s in self.sweeps]
         if self.paper:
-            blocks.append(Heading("Reference: the paper's published fits", 2))
-            blocks += self.figure("paper_fits", None, self._paper_figure, "paper_fits")
-        blocks += self.skipped_section()
-        blocks += self.problems_section()
-        return blocks
+            parts.append(self.paper_section())
+        made = _Section.join(parts)
+        blocks = [
+            Heading(f"AttnRes report: {_title_name(self.results)}", 1),
+            *self.provenance(),
+            *self.headline_section(headline),
+            *made.blocks,
+            *self.skipped_section(made.skipped),
+            *self.problems_section(),
+        ]
+        return replace(made, blocks=_number_figures(blocks))
 
-    def _paper_figure(self) -> Any:
-        from reports.scaling import plot_paper_curves
-
-        return plot_paper_curves()
+    def paper_section(self) -> _Section:
+        figure = self.figure("paper_fits", None, _paper_figure, "paper_fits")
+        return _Section.join([_Section([Heading("Reference: the paper's published fits", 2)]), figure])
 
     def provenance(self) -> list[Block]:
         runs, fit, s = self.results.runs, self.fit, self.settings
         status = runs["status"].astype(str).value_counts().to_dict() if len(runs) else {}
-        counts = ", ".join(f"{status.get(k, 0)} {k}" for k in ("done", "running", "failed", "diverged") if status.get(k, 0)) or "none"
+        counts = (
+            ", ".join(f"{status.get(k, 0)} {k}" for k in ("done", "running", "failed", "diverged") if status.get(k, 0))
+            or "none"
+        )
         shas = _value_counts(runs, "git_sha")
         conventions = sorted({c for sw in fit.sweeps for c in sw.flops_convention}) or _unique(runs, "flops_convention")
         devices = _value_counts(runs, "device")
@@ -445,155 +544,283 @@ class _Builder:
         select = "mean over seeds at the best learning rate" if s.select == "mean" else "best run"
         items = [
             f"results directory: `{self.results.root}`",
-            f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: {len(self.fit.problems)} (listed at the end)",
+            f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: "
+            f"{len(self.fit.problems)} (listed at the end)",
             "sweeps: " + (", ".join(_sweep_name(x) for x in self.results.sweeps) or "none"),
             f"inputs sha256 (of every run.parquet row): `{self.results.inputs_hash}`",
             "git sha of the runs: " + (", ".join(f"`{k}` ({v} runs)" for k, v in shas) or "not recorded"),
             "FLOP convention: " + ("; ".join(conventions) or "unknown"),
-            "devices: " + (", ".join(f"{k} ({v})" for k, v in devices) or "unknown") + "; precision: " + (", ".join(f"{k} ({v})" for k, v in precision) or "unknown"),
+            "devices: "
+            + (", ".join(f"{k} ({v})" for k, v in devices) or "unknown")
+            + "; precision: "
+            + (", ".join(f"{k} ({v})" for k, v in precision) or "unknown"),
             "package versions of the runs: " + (", ".join(f"`{k}` ({v})" for k, v in versions) or "not recorded"),
-            f"fits: {form}; compute in {_unit_name(s.compute_unit)}; points: {select}; baseline `{s.baseline}`; Huber delta {s.delta:g} "
-            f"on log loss; {s.n_boot} bootstrap resamples (seed {s.seed}); {self.pct}% intervals; exponent `{s.exponent}`; "
-            f"IsoFLOP frontier `{s.frontier}`; budgets within {s.budget_rtol:g} relative FLOPs are one budget",
-            f"made by `attnres report` ({_package_version()}); the same numbers as `attnres fit` with the same options (fit.json)",
+            f"fits: {form}; compute in {_unit_name(s.compute_unit)}; points: {select}; baseline `{s.baseline}`; "
+            f"Huber delta {s.delta:g} on log loss; {s.n_boot} bootstrap resamples (seed {s.seed}); {self.pct}% "
+            f"intervals; exponent `{s.exponent}`; IsoFLOP frontier `{s.frontier}`; budgets within "
+            f"{s.budget_rtol:g} relative FLOPs are one budget",
+            f"made by `attnres report` ({_package_version()}); the same numbers as `attnres fit` with the same "
+            "options (fit.json)",
         ]
         return [Heading("Provenance", 2), Bullets(tuple(items))]
 
-    def headline_section(self) -> list[Block]:
+    # -- the headline -------------------------------------------------------------------------------------
+
+    def headlines(self) -> list[Headline]:
+        """Each variant's multiplier at its largest budget, sweep by sweep, variants in the figures' order."""
+        from reports.data import n_blocks_of
+        from reports.style import curve_order, variant_label
+
+        out = []
+        for sw in self.fit.sweeps:
+            order = curve_order([m.variant for m in sw.multipliers])
+            for m in sorted(sw.multipliers, key=lambda m: order.index(m.variant)):
+                out.append(
+                    Headline(
+                        sw.sweep,
+                        m.variant,
+                        variant_label(m.variant, n_blocks_of(sw.points, m.variant)),
+                        m.compute,
+                        _unit_name(self.settings.compute_unit),
+                        m.multiplier,
+                        self.settings.level,
+                        m.exponent,
+                        m.n_runs_variant,
+                        m.n_runs_baseline,
+                        f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}",
+                    )
+                )
+        return out
+
+    def headline_section(self, headline: Sequence[Headline]) -> list[Block]:
         blocks: list[Block] = [Heading("Headline", 2)]
-        if not self.headline:
+        if not headline:
             if not len(self.results.runs):
                 text = "No runs were found under the results directory, so there is nothing to fit."
             else:
-                text = ("No multiplier could be computed: it needs a fitted baseline curve and a fitted variant curve "
-                        "(at least two budgets each) in the same sweep; see the notes of each sweep.")  # fmt: skip
+                text = (
+                    "No multiplier could be computed: it needs a fitted baseline curve and a fitted variant curve "
+                    "(at least two budgets each) in the same sweep; see the notes of each sweep."
+                )
             return blocks + [Paragraph(text)]
-        rows = []
-        for h in self.headline:
-            rows.append({"sweep": h.sweep, "variant": h.label, f"M at the largest budget [{self.pct}% CI]": h.multiplier.text(3),
-                         f"at C ({_unit_name(self.settings.compute_unit)})": f"{h.compute:.3g}", "exponent": h.exponent, "runs (variant/baseline)": f"{h.n_runs_variant}/{h.n_runs_baseline}",
-                         "fit status (base/var/joint)": h.status})  # fmt: skip
-        blocks.append(Paragraph(
-            f"M is the effective compute multiplier over the baseline: a variant with M = 1.25 reaches at compute C the loss "
-            f"the baseline reaches only with 1.25 C (compute in {_unit_name(self.settings.compute_unit)}, each variant paying for "
-            f"its own depth attention). Shown at each variant's largest measured budget, with {self.pct}% bootstrap intervals."
-        ))  # fmt: skip
+        unit = _unit_name(self.settings.compute_unit)
+        rows = [
+            {
+                "sweep": h.sweep,
+                "variant": h.label,
+                f"M at the largest budget [{self.pct}% CI]": h.multiplier.text(3),
+                f"at C ({unit})": f"{h.compute:.3g}",
+                "exponent": h.exponent,
+                "runs (variant/baseline)": f"{h.n_runs_variant}/{h.n_runs_baseline}",
+                "fit status (base/var/joint)": h.status,
+            }
+            for h in headline
+        ]
+        blocks.append(
+            Paragraph(
+                "M is the effective compute multiplier over the baseline: a variant with M = 1.25 reaches at compute "
+                f"C the loss the baseline reaches only with 1.25 C (compute in {unit}, each variant paying for its own "
+                "depth attention). Shown at each variant's largest measured budget, with "
+                f"{self.pct}% bootstrap intervals."
+            )
+        )
         blocks.append(Table(pd.DataFrame(rows)))
         return blocks
 
-    def sweep_section(self, sweep: str) -> list[Block]:
-        from reports import ablation, dynamics, heatmaps, scaling, tables
-        from reports.data import select
-        from reports.style import curve_order, is_attnres, split_curve, variant_label
+    # -- a sweep ------------------------------------------------------------------------------------------
 
+    def sweep_section(self, sweep: str) -> _Section:
+        """A sweep's fits, figures and tables, with the files they wrote and what was skipped."""
         sw = self.fit.sweep(sweep)
-        runs, res = self.results.runs, self.results
-        sweep_runs = runs[runs["sweep"].astype(str) == sweep]
+        figures = _Section.join(self.sweep_figures(sw))
+        if not figures.figures:
+            figures.blocks.append(Paragraph("No figure could be drawn for this sweep; see Skipped."))
+        return _Section.join(
+            [
+                _Section([Heading(f"Sweep `{sweep}`", 2), self._sweep_summary(sw), *self.fit_blocks(sw)]),
+                _Section([Heading("Figures", 3)]),
+                figures,
+                *self.sweep_tables(sw),
+            ]
+        )
+
+    def _sweep_summary(self, sw: SweepFit) -> Paragraph:
+        runs = self.results.runs
+        sweep_runs = runs[runs["sweep"].astype(str) == sw.sweep]
         n_done = int((sweep_runs["status"] == "done").sum())
-        blocks: list[Block] = [Heading(f"Sweep `{sweep}`", 2)]
-        blocks.append(Paragraph(f"{len(sweep_runs)} runs ({n_done} finished); FLOP convention: {'; '.join(sw.flops_convention) or 'unknown'}"
-                                + ("; points are IsoFLOP minima (one compute-optimal point per budget)." if sw.frontier else ".")))  # fmt: skip
-        select_method = self.settings.select
-        points = select(sweep_runs, select_method) if len(sweep_runs) else pd.DataFrame()
-        n_of = {}
-        for c in (points["curve"].unique() if len(points) else []):
-            nb = pd.to_numeric(points.loc[points["curve"] == c, "n_blocks"], errors="coerce").dropna()
-            n_of[c] = int(nb.mode().iloc[0]) if (not nb.empty and split_curve(c)[0] == "block") else None
-        order = curve_order([m.variant for m in sw.multipliers])
-        for m in sorted(sw.multipliers, key=lambda m: order.index(m.variant)):
-            status = f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}"
-            self.headline.append(Headline(sweep, m.variant, variant_label(m.variant, n_of.get(m.variant)), m.compute, _unit_name(self.settings.compute_unit),
-                                          m.multiplier, self.settings.level, m.exponent, m.n_runs_variant, m.n_runs_baseline, status))  # fmt: skip
-        # fits and multipliers
-        blocks.append(Heading("Fits", 3))
-        fit_tab = tables.fit_table(self.fit, sweep) if sw.curves else None
-        if fit_tab is not None:
-            blocks.append(Paragraph(f"One power law per curve, fitted by Huber regression in log space; {self.pct}% bootstrap intervals; "
-                                    "status `converged`, `hit_bound` (a parameter on its bound) or `not_converged`."))  # fmt: skip
-            blocks.append(Table(fit_tab))
+        return Paragraph(
+            f"{len(sweep_runs)} runs ({n_done} finished); FLOP convention: "
+            f"{'; '.join(sw.flops_convention) or 'unknown'}"
+            + ("; points are IsoFLOP minima (one compute-optimal point per budget)." if sw.frontier else ".")
+        )
+
+    def fit_blocks(self, sw: SweepFit) -> list[Block]:
+        """The sweep's fits, multipliers and Chinchilla surfaces (the tables of ``attnres fit``), and its notes."""
+        from analysis.tables import chinchilla_table, exponent_texts, joint_text
+        from reports import scaling, tables
+
+        blocks: list[Block] = [Heading("Fits", 3)]
+        if sw.curves:
+            fits = tables.curve_fits(self.fit, sw.sweep)
+            blocks += [Paragraph(fits.caption), Table(fits.frame())]
             if sw.joint is not None:
-                j = sw.joint
-                shared = f"alpha = {j.alpha.text()}" + (f", E = {j.E.text()}" if j.E is not None else "")
-                blocks.append(Paragraph(f"Joint fit with one shared exponent ({j.status}): {shared}."))
+                blocks.append(Paragraph(joint_text(sw.joint).sentence))
         else:
-            blocks.append(Paragraph("No curve could be fitted in this sweep: a curve needs finished runs at two or more budgets "
-                                    "(three with E + A C^-alpha); see the notes below."))  # fmt: skip
+            blocks.append(
+                Paragraph(
+                    "No curve could be fitted in this sweep: a curve needs finished runs at two or more budgets "
+                    "(three with E + A C^-alpha); see the notes below."
+                )
+            )
         if sw.curves and not sw.multipliers:
             blocks.append(Paragraph(f"No multiplier: {scaling.no_multiplier_reason(self.fit, sw)}."))
-        mult = tables.multiplier_table(self.fit, sweep) if sw.multipliers else None
-        if mult is not None:
-            blocks.append(Heading("Effective compute multiplier", 3))
-            blocks.append(Paragraph(f"M(C) = C_base(L_variant(C)) / C at each variant's largest budget: the headline uses the shared-exponent "
-                                    f"fit unless the exponent test says the exponents differ; both are shown. Wall-clock M scales M by the "
-                                    f"measured FLOP/s ratio of the variant to the baseline at the same model size."))  # fmt: skip
-            blocks.append(Table(mult))
-            reasons = [f"`{m.variant}`: {m.exponent} exponent, {m.exponent_reason}" for m in sw.multipliers]
-            blocks.append(Bullets(tuple(reasons)))
-            budget = tables.budget_table(self.fit, sweep)
-            blocks.append(Paragraph("M at each measured budget (the baseline's fit inverted at the variant's measured loss):"))
-            blocks.append(Table(budget))
+        if sw.multipliers:
+            mult = tables.multipliers(self.fit, sw.sweep)
+            budget = tables.budget_multipliers(self.fit, sw.sweep)
+            blocks += [Heading("Effective compute multiplier", 3), Paragraph(mult.caption), Table(mult.frame())]
+            blocks.append(Bullets(tuple(text.sentence for text in exponent_texts(sw))))
+            blocks += [Paragraph(budget.caption), Table(budget.frame())]
         if sw.chinchilla:
-            blocks.append(Paragraph(f"Chinchilla surface L(N, D) = E + A / N^alpha + B / D^beta per curve (N non-embedding parameters, "
-                                    f"D tokens; {self.pct}% intervals):"))  # fmt: skip
-            rows = [{"curve": lab, "status": f.status, "points": f.n_points, "E": f.E.text(), "A": f.A.text(), "B": f.B.text(),
-                     "alpha": f.alpha.text(), "beta": f.beta.text()} for lab, f in sw.chinchilla.items()]  # fmt: skip
-            blocks.append(Table(pd.DataFrame(rows)))
+            surface = chinchilla_table(sw, self.settings)
+            blocks += [Paragraph(surface.caption), Table(surface.frame())]
         if sw.notes:
-            blocks.append(Paragraph("Notes from the fit:"))
-            blocks.append(Bullets(tuple(sw.notes)))
-        # figures
-        blocks.append(Heading("Figures", 3))
-        n_before = len(blocks)
-        point_kind = "IsoFLOP minima per budget" if sw.frontier else ("mean over seeds at the best learning rate" if select_method == "mean" else "the best run")
-        blocks += self.figure("scaling_curves", sweep, lambda: scaling.plot_scaling_curves(self.fit, sweep, runs=runs), "scaling_curves", points=point_kind)
-        blocks += self.figure("multiplier", sweep, lambda: scaling.plot_multiplier(self.fit, sweep, runs=runs, paper_reference=self.paper), "multiplier")
-        blocks += self.figure("loss_curves", sweep, lambda: dynamics.plot_loss_curves(runs, res.metrics, sweep=sweep, select_method=select_method), "loss_curves")
-        blocks += self.figure("block_output_rms", sweep, lambda: dynamics.plot_block_output_rms(runs, res.layers, sweep=sweep, select_method=select_method), "block_output_rms")
-        blocks += self.figure("block_grad_norm", sweep, lambda: dynamics.plot_block_grad_norm(runs, res.layers, sweep=sweep, select_method=select_method), "block_grad_norm")
-        blocks += self.figure("block_size_ablation", sweep, lambda: ablation.plot_block_size_ablation(runs, sweep=sweep, select_method=select_method), "block_size_ablation")
-        attn_curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if is_attnres(c)]
-        if not attn_curves:
-            self.skipped.append(Skipped("depth_attention", sweep, "no finished Full or Block AttnRes runs in this sweep, so no depth-attention weights"))
-        for c in attn_curves:
-            block_note = "; columns are depth blocks and outlined cells the row's own partial block" if split_curve(c)[0] == "block" else ""
-            blocks += self.figure(f"depth_attention_{c}", sweep, lambda c=c: heatmaps.plot_depth_attention(runs, res.depth_attn, variant=c, sweep=sweep, select_method=select_method),
-                                  "depth_attention", subject=variant_label(c, n_of.get(c)), block=block_note)  # fmt: skip
-        if len(blocks) == n_before:
-            blocks.append(Paragraph("No figure could be drawn for this sweep; see Skipped."))
-        # tables
-        t2 = self.table("table2_sizes", sweep, lambda: tables.size_table(runs, sweep=sweep, select_method=select_method, baseline=self.settings.baseline))
-        if t2 is not None:
-            blocks.append(Heading("Table: validation loss per model size (like the paper's Table 2)", 3))
-            blocks.append(Paragraph(f"Validation loss in nats/token ({'mean over seeds at the best learning rate' if select_method == 'mean' else 'best run'}; "
-                                    "the lowest in each row in bold); params are non-embedding; FLOPs and lr are the baseline's."))  # fmt: skip
-            formats = {"params (non-embedding)": _fmt_count, "tokens": _fmt_count, "training FLOPs": _fmt_sci, "lr": _fmt_sci}
-            formats.update({c: _fmt_loss for c in t2.attrs.get("loss_columns", [])})
-            blocks.append(Table(t2, formats, tuple(t2.attrs.get("loss_columns", []))))
-        # only where the sweep ran some size at several learning rates (not a "skipped" line for every other sweep)
-        t_lr = self.table("lr_sensitivity", sweep, lambda: tables.lr_table(runs, sweep=sweep)) if tables.has_lr_sweep(runs, sweep=sweep) else None
-        if t_lr is not None:
-            blocks.append(Heading("Table: learning-rate sensitivity", 3))
-            blocks.append(Paragraph("Validation loss in nats/token (mean over seeds) of every variant at each learning rate the "
-                                    "sweep ran, per model size; the lowest in each row in bold."))  # fmt: skip
-            formats = {"tokens": _fmt_count, "lr": _fmt_sci, "seeds": _fmt_int}
-            formats.update({c: _fmt_loss for c in t_lr.attrs.get("loss_columns", [])})
-            blocks.append(Table(t_lr, formats, tuple(t_lr.attrs.get("loss_columns", []))))
-        t4 = self.table("table4_ablations", sweep, lambda: tables.ablation_table(runs, sweep=sweep, select_method=select_method, baseline=self.settings.baseline))
-        if t4 is not None:
-            blocks.append(Heading("Table: ablations at one size (like the paper's Table 4)", 3))
-            blocks.append(Paragraph(f"Every variant at {t4.attrs.get('shape')}: validation loss (nats/token), its difference from the baseline, "
-                                    "and the paper's difference from its baseline in its Table 4 (436M model, their data), where the paper "
-                                    "has the same variant; negative is better."))  # fmt: skip
-            formats = {"params (non-embedding)": _fmt_count, "loss": _fmt_loss, "Δ loss vs baseline": _fmt_delta,
-                       "paper Δ (436M, their data)": _fmt_delta, "N": _fmt_int, "S": _fmt_int}  # fmt: skip
-            blocks.append(Table(t4, formats))
+            blocks += [Paragraph("Notes from the fit:"), Bullets(tuple(sw.notes))]
         return blocks
 
-    def skipped_section(self) -> list[Block]:
+    def sweep_figures(self, sw: SweepFit) -> list[_Section]:
+        """Every figure of the sweep: scaling curves and multiplier, training dynamics, block-size ablation, and
+        a depth-attention heatmap per AttnRes curve."""
+        from reports import ablation, dynamics, scaling
+
+        sweep, runs, res, points = sw.sweep, self.results.runs, self.results, sw.points
+        if sw.frontier:
+            point_kind = "IsoFLOP minima per budget"
+        else:
+            point_kind = (
+                "mean over seeds at the best learning rate" if self.settings.select == "mean" else "the best run"
+            )
+        return [
+            self.figure(
+                "scaling_curves",
+                sweep,
+                lambda: scaling.plot_scaling_curves(self.fit, sweep, runs=runs),
+                "scaling_curves",
+                points=point_kind,
+            ),
+            self.figure(
+                "multiplier",
+                sweep,
+                lambda: scaling.plot_multiplier(self.fit, sweep, runs=runs, paper_reference=self.paper),
+                "multiplier",
+            ),
+            self.figure(
+                "loss_curves",
+                sweep,
+                lambda: dynamics.plot_loss_curves(runs, res.metrics, sweep=sweep, points=points),
+                "loss_curves",
+            ),
+            self.figure(
+                "block_output_rms",
+                sweep,
+                lambda: dynamics.plot_block_output_rms(runs, res.layers, sweep=sweep, points=points),
+                "block_output_rms",
+            ),
+            self.figure(
+                "block_grad_norm",
+                sweep,
+                lambda: dynamics.plot_block_grad_norm(runs, res.layers, sweep=sweep, points=points),
+                "block_grad_norm",
+            ),
+            self.figure(
+                "block_size_ablation",
+                sweep,
+                lambda: ablation.plot_block_size_ablation(runs, sweep=sweep, points=points),
+                "block_size_ablation",
+            ),
+            *self.depth_attention_figures(sw),
+        ]
+
+    def depth_attention_figures(self, sw: SweepFit) -> list[_Section]:
+        """A depth-attention heatmap per Full or Block AttnRes curve of the sweep (skipped when there is none)."""
+        from reports import heatmaps
+        from reports.data import n_blocks_of
+        from reports.style import curve_order, curve_variant, is_attnres, variant_label
+
+        sweep, runs, points = sw.sweep, self.results.runs, sw.points
+        curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if is_attnres(c)]
+        if not curves:
+            reason = "no finished Full or Block AttnRes runs in this sweep, so no depth-attention weights"
+            return [_Section(skipped=[Skipped("depth_attention", sweep, reason)])]
+        return [
+            self.figure(
+                f"depth_attention_{c}",
+                sweep,
+                lambda c=c: heatmaps.plot_depth_attention(
+                    runs, self.results.depth_attn, variant=c, sweep=sweep, points=points
+                ),
+                "depth_attention",
+                subject=variant_label(c, n_blocks_of(points, c)),
+                block="; columns are depth blocks and outlined cells the row's own partial block"
+                if curve_variant(c).name == "block"
+                else "",
+            )
+            for c in curves
+        ]
+
+    def sweep_tables(self, sw: SweepFit) -> list[_Section]:
+        """The tables like the paper's Table 2 (loss per model size) and Table 4 (ablations), and the
+        learning-rate sensitivity where the sweep ran some size at several learning rates."""
+        from reports import tables
+
+        sweep, runs, points, baseline = sw.sweep, self.results.runs, sw.points, self.settings.baseline
+        parts = [
+            self.table(
+                "table2_sizes",
+                sweep,
+                lambda: tables.size_table(runs, sweep=sweep, baseline=baseline, points=points),
+                self._show_size_table,
+            )
+        ]
+        # only where the sweep ran some size at several learning rates (not a "skipped" line for every other sweep)
+        if tables.has_lr_sweep(runs, sweep=sweep):
+            parts.append(
+                self.table("lr_sensitivity", sweep, lambda: tables.lr_table(runs, sweep=sweep), _show_lr_table)
+            )
+        parts.append(
+            self.table(
+                "table4_ablations",
+                sweep,
+                lambda: tables.ablation_table(runs, sweep=sweep, baseline=baseline, points=points),
+                _show_ablation_table,
+            )
+        )
+        return parts
+
+    def _show_size_table(self, t2: pd.DataFrame) -> list[Block]:
+        chosen = "mean over seeds at the best learning rate" if self.settings.select == "mean" else "best run"
+        formats = {
+            "params (non-embedding)": _fmt_count,
+            "tokens": _fmt_count,
+            "training FLOPs": _fmt_sci,
+            "lr": _fmt_sci,
+        }
+        formats.update({c: _fmt_loss for c in t2.attrs.get("loss_columns", [])})
+        return [
+            Heading("Table: validation loss per model size (like the paper's Table 2)", 3),
+            Paragraph(
+                f"Validation loss in nats/token ({chosen}; the lowest in each row in bold); params are "
+                "non-embedding; FLOPs and lr are the baseline's."
+            ),
+            Table(t2, formats, tuple(t2.attrs.get("loss_columns", []))),
+        ]
+
+    # -- the end ------------------------------------------------------------------------------------------
+
+    def skipped_section(self, skipped: Sequence[Skipped]) -> list[Block]:
         blocks: list[Block] = [Heading("Skipped", 2)]
-        if not self.skipped:
+        if not skipped:
             return blocks + [Paragraph("Nothing was skipped: every figure and table had its data.")]
-        return blocks + [Bullets(tuple(str(s) for s in self.skipped))]
+        return blocks + [Bullets(tuple(str(s) for s in skipped))]
 
     def problems_section(self) -> list[Block]:
         problems = self.fit.problems  # those of the fitted sweeps (a tuning search's pruned trials are not problems)
@@ -607,34 +834,75 @@ class _Builder:
 
     # -- report.json --------------------------------------------------------------------------------------
 
-    def to_json(self, files: Sequence[Path]) -> dict[str, Any]:
+    def to_json(self, document: _Section, headline: Sequence[Headline], files: Sequence[Path]) -> dict[str, Any]:
         runs = self.results.runs
         status = runs["status"].astype(str).value_counts().to_dict() if len(runs) else {}
-        return _json_clean({
-            "format": REPORT_FORMAT,
-            "provenance": {
-                "results_dir": str(self.results.root),
-                "inputs_hash": self.results.inputs_hash,
-                "n_runs": int(len(runs)),
-                "status": {k: int(v) for k, v in sorted(status.items())},
-                "n_problems": len(self.fit.problems),
-                "git_shas": dict(_value_counts(runs, "git_sha")),
-                "flops_conventions": sorted({c for sw in self.fit.sweeps for c in sw.flops_convention}),
-                "fit_settings": self.settings.to_dict(),
-                "made_by": _package_version(),
-            },
-            "headline": [h.to_dict() for h in self.headline],
-            "figures": [f.to_dict(self.out) for f in self.figures],
-            "skipped": [s.to_dict() for s in self.skipped],
-            "tables": self.tables,
-            "problems": [p.to_dict() for p in self.fit.problems],
-            "files": sorted(p.relative_to(self.out).as_posix() for p in files),
-            "fit": self.fit.to_dict(),
-        })  # fmt: skip
+        return _json_clean(
+            {
+                "format": REPORT_FORMAT,
+                "provenance": {
+                    "results_dir": str(self.results.root),
+                    "inputs_hash": self.results.inputs_hash,
+                    "n_runs": int(len(runs)),
+                    "status": {k: int(v) for k, v in sorted(status.items())},
+                    "n_problems": len(self.fit.problems),
+                    "git_shas": dict(_value_counts(runs, "git_sha")),
+                    "flops_conventions": sorted({c for sw in self.fit.sweeps for c in sw.flops_convention}),
+                    "fit_settings": self.settings.to_dict(),
+                    "made_by": _package_version(),
+                },
+                "headline": [h.to_dict() for h in headline],
+                "figures": [f.to_dict(self.out) for f in document.figures],
+                "skipped": [s.to_dict() for s in document.skipped],
+                "tables": document.tables,
+                "problems": [p.to_dict() for p in self.fit.problems],
+                "files": sorted(p.relative_to(self.out).as_posix() for p in files),
+                "fit": self.fit.to_dict(),
+            }
+        )
+
+
+def _paper_figure() -> Any:
+    from reports.scaling import plot_paper_curves
+
+    return plot_paper_curves()
+
+
+def _show_lr_table(t_lr: pd.DataFrame) -> list[Block]:
+    formats = {"tokens": _fmt_count, "lr": _fmt_sci, "seeds": _fmt_int}
+    formats.update({c: _fmt_loss for c in t_lr.attrs.get("loss_columns", [])})
+    return [
+        Heading("Table: learning-rate sensitivity", 3),
+        Paragraph(
+            "Validation loss in nats/token (mean over seeds) of every variant at each learning rate the "
+            "sweep ran, per model size; the lowest in each row in bold."
+        ),
+        Table(t_lr, formats, tuple(t_lr.attrs.get("loss_columns", []))),
+    ]
+
+
+def _show_ablation_table(t4: pd.DataFrame) -> list[Block]:
+    formats = {
+        "params (non-embedding)": _fmt_count,
+        "loss": _fmt_loss,
+        "Δ loss vs baseline": _fmt_delta,
+        "paper Δ (436M, their data)": _fmt_delta,
+        "N": _fmt_int,
+        "S": _fmt_int,
+    }
+    return [
+        Heading("Table: ablations at one size (like the paper's Table 4)", 3),
+        Paragraph(
+            f"Every variant at {t4.attrs.get('shape')}: validation loss (nats/token), its difference from the "
+            "baseline, and the paper's difference from its baseline in its Table 4 (436M model, their data), where "
+            "the paper has the same variant; negative is better."
+        ),
+        Table(t4, formats),
+    ]
 
 
 def _sweep_name(name: str) -> str:
-    from analysis.summary import TUNING_SUFFIX
+    from analysis.sweep_fits import TUNING_SUFFIX
 
     if name.endswith(TUNING_SUFFIX):
         return f"`{name}` (the learning-rate search of `attnres tune`; not fitted, its pruned trials stay unfinished)"

@@ -21,19 +21,26 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "report",
         help="every figure and table of a results tree, with report.md / report.html",
         description=(
-            "Fit every sweep under RESULTS_DIR (the same fits and numbers as `attnres fit`) and write the figures (scaling "
-            "curves, multiplier vs compute, training dynamics, block-size ablation, depth-attention heatmaps) as PNG and SVG, "
-            "tables like the paper's Tables 2 and 4, report.md, a self-contained report.html and report.json into --out. A "
-            "figure whose data are missing is skipped with the reason in the report. See docs/reports.md."
+            "Fit every sweep under RESULTS_DIR (the same fits and numbers as `attnres fit`) and write the figures "
+            "(scaling curves, multiplier vs compute, training dynamics, block-size ablation, depth-attention heatmaps) "
+            "as PNG and SVG, tables like the paper's Tables 2 and 4, report.md, a self-contained report.html and "
+            "report.json into --out. A figure whose data are missing is skipped with the reason in the report. See "
+            "docs/reports.md."
         ),
     )
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet")
+    parser.add_argument(
+        "results_dir", metavar="RESULTS_DIR", help="results tree: RESULTS_DIR/<sweep>/<run_id>/run.parquet"
+    )
     parser.add_argument("--out", default=None, help=f"output folder (default: RESULTS_DIR/{DEFAULT_OUT})")
     parser.add_argument("--pdf", action="store_true", help="also write every figure as PDF")
     parser.add_argument("--no-svg", action="store_true", help="write PNG only (no SVG)")
     parser.add_argument("--no-html", action="store_true", help="do not write report.html")
-    parser.add_argument("--no-paper", action="store_true", help="leave out the paper's published fits (reference figure and lines)")
-    parser.add_argument("--strict", action="store_true", help="stop on an unexpected error in a figure instead of listing it as skipped")
+    parser.add_argument(
+        "--no-paper", action="store_true", help="leave out the paper's published fits (reference figure and lines)"
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="stop on an unexpected error in a figure instead of listing it as skipped"
+    )
     add_fit_options(parser.add_argument_group("fit options (as for `attnres fit`)"))
     parser.set_defaults(func=run)
     return parser
@@ -44,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from analysis.errors import AnalysisError
-
     from reports.build import build_report
 
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUT
@@ -62,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
     except AnalysisError as err:
         print(f"attnres report: error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {summary.report_md} ({len(summary.figures)} figures, {len(summary.skipped)} skipped) in {summary.seconds:.1f} s")
+    print(
+        f"wrote {summary.report_md} ({len(summary.figures)} figures, {len(summary.skipped)} skipped) "
+        f"in {summary.seconds:.1f} s"
+    )
     if summary.report_html is not None:
         print(f"      {summary.report_html}")
     if summary.headline:

@@ -5,7 +5,9 @@ The rules every figure shares, in one place:
 * a figure shows one sweep (a designed study); ``sweep=None`` is allowed when the runs hold one sweep only;
 * runs are the finished ones (status ``done`` with a finite loss), grouped into curves and points exactly as
   the fits do (:func:`analysis.select_points`: a curve is a variant, or ``<variant>-N<n_blocks>`` in a
-  block-size ablation; a point is the chosen learning rate's seeds at one (n_layer, d_model, tokens));
+  block-size ablation; a point is the chosen learning rate's seeds at one (n_layer, d_model, tokens)); the
+  report passes the fit's own points (:attr:`analysis.SweepFit.points`), a figure drawn on its own selects
+  them from the runs;
 * the training-dynamics figures and the heatmaps compare variants at one **reference shape**: the
   (n_layer, d_model, tokens) with the most of the wanted curves having the data the figure needs, ties
   going to a shape with the baseline, then to the largest training FLOPs;
@@ -64,6 +66,15 @@ def select(runs: pd.DataFrame, method: str = "mean") -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return select_points(runs, method=method)
+
+
+def sweep_points(
+    runs: pd.DataFrame, sweep: str | None, select_method: str = "mean", points: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, str | None, pd.DataFrame]:
+    """The runs of one sweep (:func:`sweep_runs`) and their points: ``points`` when given (the fit's, from
+    :attr:`analysis.SweepFit.points`), else :func:`select` of those runs by ``select_method``."""
+    runs, sweep = sweep_runs(runs, sweep)
+    return runs, sweep, select(runs, select_method) if points is None else points
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import pandas as pd
 
@@ -55,7 +55,7 @@ class Image:
     other_formats: tuple[str, ...] = ()
 
 
-Block = Union[Heading, Paragraph, Bullets, Table, Image]
+Block = Heading | Paragraph | Bullets | Table | Image
 
 
 def default_format(value: Any) -> str:
@@ -81,7 +81,11 @@ def table_cells(table: Table) -> tuple[list[str], list[list[str]], list[set[int]
         rows.append(cells)
         marks: set[int] = set()
         if table.bold_min:
-            values = {c: row[c] for c in table.bold_min if c in frame.columns and isinstance(row[c], float) and math.isfinite(row[c])}
+            values = {
+                c: row[c]
+                for c in table.bold_min
+                if c in frame.columns and isinstance(row[c], float) and math.isfinite(row[c])
+            }
             if len(values) >= 2:
                 low = min(values.values())
                 marks = {list(frame.columns).index(c) for c, v in values.items() if v == low}
@@ -118,7 +122,11 @@ def to_markdown(blocks: Sequence[Block]) -> str:
         elif isinstance(b, Image):
             out.append(f"![{b.alt}]({b.path})")
             out.append("")
-            extra = f" (also as {', '.join(f'[{Path(p).suffix[1:].upper()}]({p})' for p in b.other_formats)})" if b.other_formats else ""
+            extra = (
+                f" (also as {', '.join(f'[{Path(p).suffix[1:].upper()}]({p})' for p in b.other_formats)})"
+                if b.other_formats
+                else ""
+            )
             out += [f"*{b.caption}*{extra}", ""]
         else:  # pragma: no cover
             raise TypeError(f"unknown block {b!r}")
@@ -156,8 +164,16 @@ def _inline(text: str) -> str:
 
 def to_html(blocks: Sequence[Block], root: Path, title: str) -> str:
     """The blocks as one self-contained HTML page; PNG images under ``root`` are embedded as base64."""
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{html.escape(title)}</title>",
-           f"<style>{_CSS}</style>", "</head>", "<body>"]  # fmt: skip
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+    ]
     for b in blocks:
         if isinstance(b, Heading):
             out.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
@@ -167,15 +183,24 @@ def to_html(blocks: Sequence[Block], root: Path, title: str) -> str:
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             header, rows, bold = table_cells(b)
-            parts = ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>", "<tbody>"]
+            parts = [
+                "<table>",
+                "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>",
+                "<tbody>",
+            ]
             for cells, marks in zip(rows, bold):
-                tds = "".join(f"<td><strong>{html.escape(c)}</strong></td>" if i in marks and c else f"<td>{html.escape(c)}</td>" for i, c in enumerate(cells))
+                tds = "".join(
+                    f"<td><strong>{html.escape(c)}</strong></td>" if i in marks and c else f"<td>{html.escape(c)}</td>"
+                    for i, c in enumerate(cells)
+                )
                 parts.append(f"<tr>{tds}</tr>")
             parts.append("</tbody></table>")
             out.append("".join(parts))
         elif isinstance(b, Image):
             data = base64.b64encode((root / b.path).read_bytes()).decode("ascii")
-            out.append(f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
-                       f"<figcaption>{_inline(b.caption)}</figcaption></figure>")  # fmt: skip
+            out.append(
+                f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
+            )
     out += ["</body>", "</html>"]
     return "\n".join(out) + "\n"

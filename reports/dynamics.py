@@ -12,20 +12,20 @@ DataFrames and returns a matplotlib Figure; nothing here reads files. Never impo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from reports.data import MissingData, Shape, last_step, n_blocks_of, reference_points, select, sweep_runs, table_rows
+from reports.data import MissingData, Shape, last_step, n_blocks_of, reference_points, sweep_points, table_rows
 from reports.style import (
     FIGSIZE,
     compact_ticks,
     curve_order,
+    curve_variant,
     is_main_variant,
     rc_context,
-    split_curve,
     variant_color,
     variant_label,
     variant_linestyle,
@@ -43,7 +43,7 @@ DEPTH_LABEL = "transformer block (1 = nearest the embedding)"
 def _keep(points: pd.DataFrame, variants: Sequence[str] | None):
     if variants is not None:
         wanted = set(variants)
-        return lambda curve: curve in wanted or split_curve(curve)[0] in wanted
+        return lambda curve: curve in wanted or curve_variant(curve).name in wanted
     if points["curve"].map(is_main_variant).any():
         return is_main_variant
     return lambda curve: True
@@ -57,60 +57,33 @@ def plot_loss_curves(
     variants: Sequence[str] | None = None,
     select_method: str = "mean",
     split: str | None = None,
+    points: pd.DataFrame | None = None,
 ) -> Figure:
     """Validation loss (nats/token) vs training tokens for each variant at the reference shape: every seed of
     the chosen learning rate as its own line. Left: the whole run (log tokens); right: the second half of
     training on linear axes, where the variants separate.
 
     ``split``: "val" or "train"; ``None`` takes "val" unless the runs logged fewer than 3 validation points
-    (then the training loss, and the axis label says so)."""
+    (then the training loss, and the axis label says so). ``points``: the fit's points of the sweep (default:
+    selected from ``runs`` by ``select_method``)."""
     import matplotlib.pyplot as plt
 
-    runs, sweep = sweep_runs(runs, sweep)
-    points = select(runs, select_method)
+    runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     m = table_rows(metrics, sweep)
     if m.empty:
         raise MissingData("no metrics.parquet in the results")
     keep = _keep(points, variants)
     if split is None:
-        split = "val"
-        counts = {s: m[m["split"].astype(str) == s].groupby("run_id").size() for s in ("val", "train")}
-        try:
-            _, sel = reference_points(points, keep=keep, has_data=lambda ids: any(i in counts["val"].index for i in ids), what="the loss curves")
-            ids = [i for ids in sel["run_ids"] for i in ids if i in counts["val"].index]
-            few = int(counts["val"].reindex(ids).min()) < 3
-        except MissingData:
-            few = True
-        if few and len(counts["train"]) and int(counts["train"].max()) >= 3:
-            split = "train"
+        split = _loss_split(m, points, keep)
     m = m[m["split"].astype(str) == split]
     available = set(m["run_id"].astype(str).unique())
-    shape, sel = reference_points(points, keep=keep, has_data=lambda ids: any(i in available for i in ids), what="the loss curves")
+    shape, sel = reference_points(
+        points, keep=keep, has_data=lambda ids: any(i in available for i in ids), what="the loss curves"
+    )
     ylabel = "validation loss (nats/token)" if split == "val" else "training loss (nats/token)"
-    many = m.groupby("run_id").size().max() > 40
     with rc_context():
         fig, (ax, axz) = plt.subplots(1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [1, 1], "wspace": 0.22})
-        t_max = 0
-        zoom_lo, zoom_hi = [], []
-        for curve in curve_order(sel["curve"]):
-            row = sel[sel["curve"] == curve].iloc[0]
-            ids = [i for i in row["run_ids"] if i in available]
-            n = n_blocks_of(points, curve)
-            color, ls = variant_color(curve), variant_linestyle(curve)
-            label = variant_label(curve, n) + (f" ({len(ids)} seeds)" if len(ids) > 1 else "")
-            for k, rid in enumerate(sorted(ids)):
-                d = m[m["run_id"].astype(str) == rid].sort_values("step")
-                x = d["tokens"].to_numpy(float)
-                y = d["loss"].to_numpy(float)
-                t_max = max(t_max, float(x.max()) if x.size else 0)
-                pos = x > 0
-                ax.plot(x[pos], y[pos], color=color, ls=ls, lw=1.4, alpha=0.9, marker=None if many else variant_marker(curve), ms=3.5,
-                        label=label if k == 0 else None)  # fmt: skip
-                half = x >= 0.5 * x.max()
-                axz.plot(x[half], y[half], color=color, ls=ls, lw=1.4, alpha=0.9, marker=None if many else variant_marker(curve), ms=3.5, label=label if k == 0 else None)
-                if half.any():
-                    zoom_lo.append(float(y[half].min()))
-                    zoom_hi.append(float(y[half].max()))
+        zoom_lo, zoom_hi = _draw_loss_curves(ax, axz, m, sel, points, available)
         ax.set_xscale("log")
         ax.set_xlabel("training tokens")
         ax.set_ylabel(ylabel)
@@ -131,11 +104,69 @@ def plot_loss_curves(
     return fig
 
 
+def _loss_split(m: pd.DataFrame, points: pd.DataFrame, keep: Callable[[str], bool]) -> str:
+    """The loss to draw: "val", unless the runs at the reference shape logged fewer than 3 validation points
+    and some run logged at least 3 training points ("train")."""
+    counts = {s: m[m["split"].astype(str) == s].groupby("run_id").size() for s in ("val", "train")}
+    try:
+        _, sel = reference_points(
+            points,
+            keep=keep,
+            has_data=lambda ids: any(i in counts["val"].index for i in ids),
+            what="the loss curves",
+        )
+        ids = [i for ids in sel["run_ids"] for i in ids if i in counts["val"].index]
+        few = int(counts["val"].reindex(ids).min()) < 3
+    except MissingData:
+        few = True
+    return "train" if few and len(counts["train"]) and int(counts["train"].max()) >= 3 else "val"
+
+
+def _draw_loss_curves(
+    ax: Any, axz: Any, m: pd.DataFrame, sel: pd.DataFrame, points: pd.DataFrame, available: set[str]
+) -> tuple[list[float], list[float]]:
+    """One line per run of each curve at the reference shape (``sel``): the whole run on ``ax``, the second
+    half of training on ``axz``; returns the lowest and highest loss of each second half."""
+    many = m.groupby("run_id").size().max() > 40
+    zoom_lo, zoom_hi = [], []
+    for curve in curve_order(sel["curve"]):
+        row = sel[sel["curve"] == curve].iloc[0]
+        ids = [i for i in row["run_ids"] if i in available]
+        n = n_blocks_of(points, curve)
+        style = {
+            "color": variant_color(curve),
+            "ls": variant_linestyle(curve),
+            "lw": 1.4,
+            "alpha": 0.9,
+            "marker": None if many else variant_marker(curve),
+            "ms": 3.5,
+        }
+        label = variant_label(curve, n) + (f" ({len(ids)} seeds)" if len(ids) > 1 else "")
+        for k, rid in enumerate(sorted(ids)):
+            d = m[m["run_id"].astype(str) == rid].sort_values("step")
+            x = d["tokens"].to_numpy(float)
+            y = d["loss"].to_numpy(float)
+            pos = x > 0
+            ax.plot(x[pos], y[pos], **style, label=label if k == 0 else None)
+            half = x >= 0.5 * x.max()
+            axz.plot(x[half], y[half], **style, label=label if k == 0 else None)
+            if half.any():
+                zoom_lo.append(float(y[half].min()))
+                zoom_hi.append(float(y[half].max()))
+    return zoom_lo, zoom_hi
+
+
 def _block_profiles(
-    runs: pd.DataFrame, layers: pd.DataFrame, column: str, sweep: str | None, variants: Sequence[str] | None, select_method: str, what: str
+    runs: pd.DataFrame,
+    layers: pd.DataFrame,
+    column: str,
+    sweep: str | None,
+    variants: Sequence[str] | None,
+    select_method: str,
+    what: str,
+    points: pd.DataFrame | None,
 ) -> tuple[str | None, Shape, list[tuple[str, int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]]]:
-    runs, sweep = sweep_runs(runs, sweep)
-    points = select(runs, select_method)
+    runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     lay = table_rows(layers, sweep)
     if lay.empty:
         raise MissingData("no layers.parquet in the results")
@@ -144,7 +175,9 @@ def _block_profiles(
         raise MissingData(f"layers.parquet has no per-block {column} rows")
     lay = last_step(lay)
     available = set(lay["run_id"].astype(str).unique())
-    shape, sel = reference_points(points, keep=_keep(points, variants), has_data=lambda ids: any(i in available for i in ids), what=what)
+    shape, sel = reference_points(
+        points, keep=_keep(points, variants), has_data=lambda ids: any(i in available for i in ids), what=what
+    )
     out = []
     for curve in curve_order(sel["curve"]):
         row = sel[sel["curve"] == curve].iloc[0]
@@ -153,8 +186,18 @@ def _block_profiles(
         table = d.pivot_table(index="layer", columns="run_id", values=column, aggfunc="mean").sort_index()
         values = table.to_numpy(float)
         step = int(d["step"].max())
-        out.append((curve, n_blocks_of(points, curve), table.index.to_numpy(int) + 1, np.nanmean(values, axis=1),
-                    np.nanmin(values, axis=1), np.nanmax(values, axis=1), len(ids), step))  # fmt: skip
+        out.append(
+            (
+                curve,
+                n_blocks_of(points, curve),
+                table.index.to_numpy(int) + 1,
+                np.nanmean(values, axis=1),
+                np.nanmin(values, axis=1),
+                np.nanmax(values, axis=1),
+                len(ids),
+                step,
+            )
+        )
     return sweep, shape, out
 
 
@@ -165,10 +208,20 @@ def _plot_profiles(profiles, shape: Shape, sweep: str | None, ylabel: str, title
     with rc_context():
         fig, ax = plt.subplots(figsize=FIGSIZE)
         lows, highs = [], []
-        for curve, n, x, mean, lo, hi, n_runs, step in profiles:
+        for curve, n, x, mean, lo, hi, n_runs, _step in profiles:
             color = variant_color(curve)
             label = variant_label(curve, n) + (f" (mean of {n_runs} seeds)" if n_runs > 1 else "")
-            ax.plot(x, mean, color=color, ls=variant_linestyle(curve), marker=variant_marker(curve), ms=5, lw=1.5, label=label, zorder=3)
+            ax.plot(
+                x,
+                mean,
+                color=color,
+                ls=variant_linestyle(curve),
+                marker=variant_marker(curve),
+                ms=5,
+                lw=1.5,
+                label=label,
+                zorder=3,
+            )
             if n_runs > 1:
                 ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0, zorder=1)
             lows.append(float(np.nanmin(lo)))
@@ -199,11 +252,15 @@ def plot_block_output_rms(
     variants: Sequence[str] | None = None,
     select_method: str = "mean",
     log_y: bool | None = None,
+    points: pd.DataFrame | None = None,
 ) -> Figure:
     """Per transformer block, the RMS of the hidden state it hands on, vs depth, at the end of training
     (baseline: grows with depth; AttnRes: stays bounded). Mean over the chosen seeds, their range shaded.
-    ``log_y=None`` uses a log axis when the values span more than a factor 20."""
-    sweep, shape, profiles = _block_profiles(runs, layers, "output_rms", sweep, variants, select_method, "the block output magnitude figure")
+    ``log_y=None`` uses a log axis when the values span more than a factor 20. ``points``: the fit's points
+    of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    sweep, shape, profiles = _block_profiles(
+        runs, layers, "output_rms", sweep, variants, select_method, "the block output magnitude figure", points
+    )
     return _plot_profiles(profiles, shape, sweep, BLOCK_OUTPUT_LABEL, "Output magnitude per transformer block", log_y)
 
 
@@ -215,8 +272,12 @@ def plot_block_grad_norm(
     variants: Sequence[str] | None = None,
     select_method: str = "mean",
     log_y: bool | None = None,
+    points: pd.DataFrame | None = None,
 ) -> Figure:
     """Per transformer block, the L2 norm of its parameter gradients vs depth, at the end of training
-    (baseline: outsized in the early blocks). Mean over the chosen seeds, their range shaded."""
-    sweep, shape, profiles = _block_profiles(runs, layers, "grad_norm", sweep, variants, select_method, "the block gradient figure")
+    (baseline: outsized in the early blocks). Mean over the chosen seeds, their range shaded. ``points``:
+    the fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    sweep, shape, profiles = _block_profiles(
+        runs, layers, "grad_norm", sweep, variants, select_method, "the block gradient figure", points
+    )
     return _plot_profiles(profiles, shape, sweep, BLOCK_GRAD_LABEL, "Gradient magnitude per transformer block", log_y)

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from attnres.variants import Variant
 from reports.data import MissingData, sweep_fit
 from reports.style import (
     FIGSIZE,
     curve_order,
+    curve_variant,
     rc_context,
     readable_log_ticks,
     short_label,
-    split_curve,
     variant_color,
     variant_label,
     variant_linestyle,
@@ -54,7 +55,7 @@ def paper_multiplier(variant: str) -> float | None:
     """M of the paper's published fits at C = 5.6 PFLOP/s-days (Block: 1.25, Full: 1.27); None for others."""
     from analysis import PowerLaw
 
-    name, _ = split_curve(variant)
+    name = curve_variant(variant).name
     if name not in ("block", "full"):
         return None
     base = PowerLaw(*PAPER_FITS["baseline"])
@@ -66,7 +67,10 @@ def _no_curve_reason(report: FitReport) -> str:
     from analysis.fit import OFFSET_POWER
 
     need = 3 if report.settings.form == OFFSET_POWER else 2
-    return f"no curve could be fitted: a curve needs finished runs at {need} or more distinct budgets (see the sweep's notes)"
+    return (
+        f"no curve could be fitted: a curve needs finished runs at {need} or more distinct budgets "
+        "(see the sweep's notes)"
+    )
 
 
 def no_multiplier_reason(report: FitReport, sw: SweepFit) -> str:
@@ -76,15 +80,21 @@ def no_multiplier_reason(report: FitReport, sw: SweepFit) -> str:
     fitted = [c.curve for c in sw.curves]
     base = report.settings.baseline
     if base not in fitted:
-        return f"no fitted baseline curve {base!r} (fitted: {', '.join(fitted)}); a multiplier is relative to the baseline's fit"
+        return (
+            f"no fitted baseline curve {base!r} (fitted: {', '.join(fitted)}); "
+            "a multiplier is relative to the baseline's fit"
+        )
     return "only the baseline was fitted; a multiplier needs a fitted variant curve (2+ budgets) in the same sweep"
 
 
 def _n_blocks(runs: pd.DataFrame | None, sweep: str, curve: str) -> int | None:
-    variant, n = split_curve(curve)
+    v = curve_variant(curve)
+    variant, n = v.name, v.n_blocks
     if n is not None or variant != "block" or runs is None or runs.empty:
         return n
-    g = runs[(runs["sweep"].astype(str) == sweep) & (runs["variant"].astype(str) == variant) & (runs["status"] == "done")]
+    g = runs[
+        (runs["sweep"].astype(str) == sweep) & (runs["variant"].astype(str) == variant) & (runs["status"] == "done")
+    ]
     values = pd.to_numeric(g["n_blocks"], errors="coerce").dropna()
     return None if values.empty else int(values.mode().iloc[0])
 
@@ -94,7 +104,8 @@ def _runs_behind(runs: pd.DataFrame, sw: SweepFit, c: Any, unit: float) -> tuple
     an IsoFLOP frontier every run of the curve (the sizes the minimum was fitted through)."""
     g = runs[(runs["sweep"].astype(str) == sw.sweep) & (runs["status"] == "done")]
     if sw.frontier:
-        variant, n = split_curve(c.curve)
+        v = curve_variant(c.curve)
+        variant, n = v.name, v.n_blocks
         g = g[g["variant"].astype(str) == variant]
         if n is not None:
             g = g[pd.to_numeric(g["n_blocks"], errors="coerce") == n]
@@ -129,56 +140,42 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
         raise MissingData(_no_curve_reason(report))
     settings = report.settings
     unit = compute_unit_scale(settings.compute_unit)
-    labels = curve_order(c.curve for c in sw.curves)
     curves = {c.curve: c for c in sw.curves}
     base = curves.get(settings.baseline)
     all_c = np.array([p.compute for c in sw.curves for p in c.points], dtype=float)
     grid = np.geomspace(all_c.min() / 1.4, all_c.max() * 1.4, 200)
-    level = int(round(settings.level * 100))
     with rc_context():
         if base is not None:
-            fig, (ax, axr) = plt.subplots(2, 1, sharex=True, figsize=(FIGSIZE[0], 6.2), gridspec_kw={"height_ratios": [3, 1.25], "hspace": 0.08})
+            fig, (ax, axr) = plt.subplots(
+                2, 1, sharex=True, figsize=(FIGSIZE[0], 6.2), gridspec_kw={"height_ratios": [3, 1.25], "hspace": 0.08}
+            )
         else:
             fig, ax = plt.subplots(figsize=FIGSIZE)
             axr = None
-        show_runs = runs is not None and not runs.empty and (sw.frontier or any(p.n_runs > 1 for c in sw.curves for p in c.points))
-        for label in labels:
+        show_runs = (
+            runs is not None
+            and not runs.empty
+            and (sw.frontier or any(p.n_runs > 1 for c in sw.curves for p in c.points))
+        )
+        panels = _ScalingPanels(ax, axr, base, grid)
+        for label in curve_order(c.curve for c in sw.curves):
             c = curves[label]
-            n = _n_blocks(runs, sw.sweep, label)
-            color, marker, ls = variant_color(label), variant_marker(label), variant_linestyle(label)
-            x = np.array([p.compute for p in c.points])
-            y = np.array([p.loss for p in c.points])
-            status = "" if c.fit.status == "converged" else f" ({c.fit.status})"
-            ax.plot(grid, c.fit.law.loss(grid), ls=ls, color=color, lw=1.5, label=f"{variant_label(label, n)}: L = {_law_text(c.fit.law)}{status}", zorder=2)
-            ax.scatter(x, y, marker=marker, s=34, color=color, edgecolor="white", linewidth=0.6, zorder=4)
-            if axr is not None:
-                ref = base.fit.law.loss(grid)
-                axr.plot(grid, 100 * (c.fit.law.loss(grid) / ref - 1), ls=ls, color=color, lw=1.3, zorder=2)
-                axr.scatter(x, 100 * (y / base.fit.law.loss(x) - 1), marker=marker, s=26, color=color, edgecolor="white", linewidth=0.5, zorder=4)
+            panels.curve(c, _n_blocks(runs, sw.sweep, label))
             if show_runs:
-                rx, ry = _runs_behind(runs, sw, c, unit)
-                ax.scatter(rx, ry, marker=marker, s=10, facecolor="none", edgecolor=color, linewidth=0.6, alpha=0.55, zorder=3)
-                if axr is not None:
-                    axr.scatter(rx, 100 * (ry / base.fit.law.loss(rx) - 1), marker=marker, s=10, facecolor="none", edgecolor=color,
-                                linewidth=0.6, alpha=0.55, zorder=3)  # fmt: skip
+                panels.runs(c.curve, *_runs_behind(runs, sw, c, unit))
         if show_runs:
             what = "individual runs (every size of the IsoFLOP grid)" if sw.frontier else "individual runs (seeds)"
             ax.scatter([], [], marker="o", s=10, facecolor="none", edgecolor="0.4", linewidth=0.6, label=what)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylabel("validation loss (nats/token)")
-        point_kind = "IsoFLOP minima" if sw.frontier else ("mean over seeds" if settings.select == "mean" else "best run")
+        point_kind = (
+            "IsoFLOP minima" if sw.frontier else ("mean over seeds" if settings.select == "mean" else "best run")
+        )
         ax.set_title(f"Scaling curves: sweep {sw.sweep} (points: {point_kind})")
         readable_log_ticks(ax, "y")
         ax.legend(loc="upper right", frameon=True, framealpha=0.9)
-        lines = []
-        for m in sw.multipliers:
-            lines.append(multiplier_text(m.variant, m.multiplier, _n_blocks(runs, sw.sweep, m.variant)))
-        if lines:
-            exps = sorted({m.exponent for m in sw.multipliers})
-            head = f"M at the largest budget ({level}% CI, {' / '.join(exps)} exponent)"
-            ax.text(0.02, 0.04, "\n".join([head, *lines]), transform=ax.transAxes, fontsize=8.5, va="bottom", ha="left",
-                    bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": "0.7", "alpha": 0.95}, zorder=6)  # fmt: skip
+        _multiplier_box(ax, sw, runs, int(round(settings.level * 100)))
         bottom = axr if axr is not None else ax
         if axr is not None:
             axr.axhline(0.0, color="0.5", lw=0.8, ls=":")
@@ -190,12 +187,85 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
     return fig
 
 
+class _ScalingPanels:
+    """The two panels of figure 1: loss vs compute (``ax``) and, with a baseline, the loss as a percentage of
+    the baseline's fitted loss (``axr``)."""
+
+    def __init__(self, ax: Any, axr: Any | None, base: Any | None, grid: np.ndarray):
+        self.ax, self.axr, self.base, self.grid = ax, axr, base, grid
+
+    def _relative(self, compute: np.ndarray, loss: np.ndarray) -> np.ndarray:
+        return 100 * (loss / self.base.fit.law.loss(compute) - 1)
+
+    def curve(self, c: Any, n_blocks: int | None) -> None:
+        """A curve's fitted law (labelled with the law and any fit status) and its points."""
+        ax, axr, grid = self.ax, self.axr, self.grid
+        label = c.curve
+        color, marker, ls = variant_color(label), variant_marker(label), variant_linestyle(label)
+        x = np.array([p.compute for p in c.points])
+        y = np.array([p.loss for p in c.points])
+        status = "" if c.fit.status == "converged" else f" ({c.fit.status})"
+        ax.plot(
+            grid,
+            c.fit.law.loss(grid),
+            ls=ls,
+            color=color,
+            lw=1.5,
+            label=f"{variant_label(label, n_blocks)}: L = {_law_text(c.fit.law)}{status}",
+            zorder=2,
+        )
+        ax.scatter(x, y, marker=marker, s=34, color=color, edgecolor="white", linewidth=0.6, zorder=4)
+        if axr is not None:
+            ref = self.base.fit.law.loss(grid)
+            axr.plot(grid, 100 * (c.fit.law.loss(grid) / ref - 1), ls=ls, color=color, lw=1.3, zorder=2)
+            axr.scatter(
+                x,
+                self._relative(x, y),
+                marker=marker,
+                s=26,
+                color=color,
+                edgecolor="white",
+                linewidth=0.5,
+                zorder=4,
+            )
+
+    def runs(self, label: str, rx: np.ndarray, ry: np.ndarray) -> None:
+        """The individual runs behind a curve's points, as small hollow markers."""
+        color, marker = variant_color(label), variant_marker(label)
+        style = {"marker": marker, "s": 10, "facecolor": "none", "edgecolor": color, "linewidth": 0.6, "alpha": 0.55}
+        self.ax.scatter(rx, ry, **style, zorder=3)
+        if self.axr is not None:
+            self.axr.scatter(rx, self._relative(rx, ry), **style, zorder=3)
+
+
+def _multiplier_box(ax: Any, sw: SweepFit, runs: pd.DataFrame | None, level: int) -> None:
+    """The box of figure 1 with each variant's multiplier at its largest budget (none without multipliers)."""
+    lines = [multiplier_text(m.variant, m.multiplier, _n_blocks(runs, sw.sweep, m.variant)) for m in sw.multipliers]
+    if not lines:
+        return
+    exps = sorted({m.exponent for m in sw.multipliers})
+    head = f"M at the largest budget ({level}% CI, {' / '.join(exps)} exponent)"
+    ax.text(
+        0.02,
+        0.04,
+        "\n".join([head, *lines]),
+        transform=ax.transAxes,
+        fontsize=8.5,
+        va="bottom",
+        ha="left",
+        bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": "0.7", "alpha": 0.95},
+        zorder=6,
+    )
+
+
 def _m_of_c(base_law: Any, var_law: Any, c: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return np.asarray(base_law.compute_for_loss(var_law.loss(c)), dtype=float) / c
 
 
-def plot_multiplier(report: FitReport, sweep: str | None = None, *, runs: pd.DataFrame | None = None, paper_reference: bool = True) -> Figure:
+def plot_multiplier(
+    report: FitReport, sweep: str | None = None, *, runs: pd.DataFrame | None = None, paper_reference: bool = True
+) -> Figure:
     """Figure 2: the effective compute multiplier M vs compute, one panel per variant.
 
     Points: M at each measured budget (the baseline fit inverted at the variant's measured loss) with its
@@ -216,71 +286,134 @@ def plot_multiplier(report: FitReport, sweep: str | None = None, *, runs: pd.Dat
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
     with rc_context():
-        fig, axes = plt.subplots(nrows, ncols, sharey=True, squeeze=False, figsize=(0.6 + 3.9 * ncols, 0.9 + 3.5 * nrows))
+        fig, axes = plt.subplots(
+            nrows, ncols, sharey=True, squeeze=False, figsize=(0.6 + 3.9 * ncols, 0.9 + 3.5 * nrows)
+        )
         highs, lows = [1.0], [1.0]
         refs: list[tuple[Any, float | None]] = []
         for ax, m in zip(axes.flat, mults):
-            color = variant_color(m.variant)
-            nb = _n_blocks(runs, sw.sweep, m.variant)
-            base_law = sw.curve(m.baseline).fit.law
-            var_law = sw.curve(m.variant).fit.law
-            xs = np.array([b.compute for b in m.budgets])
-            grid = np.geomspace(xs.min() / 1.3, xs.max() * 1.3, 120)
-            vals = np.array([b.multiplier.value for b in m.budgets])
-            lo = np.array([b.multiplier.low for b in m.budgets])
-            hi = np.array([b.multiplier.high for b in m.budgets])
-            ok = np.isfinite(vals)
-            yerr = np.vstack([np.where(np.isfinite(lo), vals - lo, 0.0), np.where(np.isfinite(hi), hi - vals, 0.0)])[:, ok]
-            ax.errorbar(xs[ok], vals[ok], yerr=yerr, fmt=variant_marker(m.variant), color=color, ms=5.5, capsize=2.5, lw=1.0,
-                        mec="white", mew=0.5, label=f"at each budget ({level}% CI)", zorder=4)  # fmt: skip
-            highs += [float(v) for v in np.concatenate([vals[ok], hi[ok & np.isfinite(hi)]])]
-            lows += [float(v) for v in np.concatenate([vals[ok], lo[ok & np.isfinite(lo)]])]
-            shared_is_head = m.exponent == "shared"
-            if m.multiplier_shared is not None and math.isfinite(m.multiplier_shared.value):
-                s = m.multiplier_shared
-                ax.plot(grid, np.full_like(grid, s.value), color=color, lw=1.6 if shared_is_head else 1.0, ls="-" if shared_is_head else ":",
-                        label=f"shared exponent: {s.text(3)}", zorder=3)  # fmt: skip
-                if s.has_interval and shared_is_head:
-                    ax.fill_between(grid, s.low, s.high, color=color, alpha=0.15, lw=0, zorder=1)
-                if shared_is_head:
-                    highs.append(s.high if s.has_interval else s.value)
-                    lows.append(s.low if s.has_interval else s.value)
-            curve_m = _m_of_c(base_law, var_law, grid)
-            u = m.multiplier_unshared
-            ax.plot(grid, curve_m, color=color, lw=1.6 if not shared_is_head else 1.0, ls="-" if not shared_is_head else ":",
-                    label=f"separate exponents, M(C); at largest C: {u.text(3)}", zorder=3)  # fmt: skip
-            if u.has_interval and math.isfinite(u.value):
-                ax.errorbar([m.compute * 1.12], [u.value], yerr=[[u.value - u.low], [u.high - u.value]], fmt="none", ecolor=color, elinewidth=1.0,
-                            capsize=4, alpha=0.8 if not shared_is_head else 0.45, zorder=3)  # fmt: skip
-                if not shared_is_head:
-                    highs.append(u.high)
-                    lows.append(u.low)
+            _multiplier_panel(ax, sw, m, level, highs, lows)
             ax.axhline(1.0, color="0.35", lw=1.0, ls="--", label="M = 1 (no gain)", zorder=2)
             refs.append((ax, paper_multiplier(m.variant) if paper_reference else None))
             ax.set_xscale("log")
+            nb = _n_blocks(runs, sw.sweep, m.variant)
             ax.set_title(f"{variant_label(m.variant, nb)} ({m.exponent} exponent)", fontsize=10)
             ax.set_xlabel(compute_label(settings.compute_unit))
         for ax in axes.flat[n:]:
             ax.set_visible(False)
         for ax in axes[:, 0]:
             ax.set_ylabel("effective compute multiplier M\n(× the baseline's compute)")
-        top = max(h for h in highs if math.isfinite(h))
-        bottom = min(v for v in lows if math.isfinite(v))
-        span = max(top - bottom, 0.05)
-        # the paper's value is drawn when it is near our data; far off, it would squash our points into a line
-        near = [ref for _, ref in refs if ref is not None and bottom - span <= ref <= top + span]
-        top, bottom = max([top, *near]), min([bottom, *near])
-        span = max(top - bottom, 0.05)
-        axes[0, 0].set_ylim(bottom - 0.08 * span, top + 0.08 * span + 0.55 * span)  # room for the legend
-        for ax, ref in refs:
-            if ref is not None and ref in near:
-                ax.axhline(ref, color="0.45", lw=1.0, ls=(0, (5, 2, 1, 2)), zorder=1, label=f"the paper's fits (their data): {ref:.2f}")
-            elif ref is not None:
-                ax.plot([], [], " ", label=f"the paper's fits (their data): {ref:.2f}, off this scale")
-            ax.legend(loc="upper left", fontsize=7.5, framealpha=0.9)
+        _paper_references(axes, refs, highs, lows)
         fig.suptitle(f"Effective compute multiplier over {settings.baseline}: sweep {sw.sweep}", fontsize=11)
         fig.tight_layout()
     return fig
+
+
+def _multiplier_panel(ax: Any, sw: SweepFit, m: Any, level: int, highs: list[float], lows: list[float]) -> None:
+    """One variant's panel of figure 2: M at each budget with its interval, and M from the shared and from
+    the separate exponents (the headline solid); the values shown are added to ``highs`` and ``lows``."""
+    color = variant_color(m.variant)
+    base_law = sw.curve(m.baseline).fit.law
+    var_law = sw.curve(m.variant).fit.law
+    xs = np.array([b.compute for b in m.budgets])
+    grid = np.geomspace(xs.min() / 1.3, xs.max() * 1.3, 120)
+    vals = np.array([b.multiplier.value for b in m.budgets])
+    lo = np.array([b.multiplier.low for b in m.budgets])
+    hi = np.array([b.multiplier.high for b in m.budgets])
+    ok = np.isfinite(vals)
+    yerr = np.vstack([np.where(np.isfinite(lo), vals - lo, 0.0), np.where(np.isfinite(hi), hi - vals, 0.0)])[:, ok]
+    ax.errorbar(
+        xs[ok],
+        vals[ok],
+        yerr=yerr,
+        fmt=variant_marker(m.variant),
+        color=color,
+        ms=5.5,
+        capsize=2.5,
+        lw=1.0,
+        mec="white",
+        mew=0.5,
+        label=f"at each budget ({level}% CI)",
+        zorder=4,
+    )
+    highs += [float(v) for v in np.concatenate([vals[ok], hi[ok & np.isfinite(hi)]])]
+    lows += [float(v) for v in np.concatenate([vals[ok], lo[ok & np.isfinite(lo)]])]
+    shared_is_head = m.exponent == "shared"
+    if m.multiplier_shared is not None and math.isfinite(m.multiplier_shared.value):
+        s = m.multiplier_shared
+        ax.plot(
+            grid,
+            np.full_like(grid, s.value),
+            color=color,
+            lw=1.6 if shared_is_head else 1.0,
+            ls="-" if shared_is_head else ":",
+            label=f"shared exponent: {s.text(3)}",
+            zorder=3,
+        )
+        if s.has_interval and shared_is_head:
+            ax.fill_between(grid, s.low, s.high, color=color, alpha=0.15, lw=0, zorder=1)
+        if shared_is_head:
+            highs.append(s.high if s.has_interval else s.value)
+            lows.append(s.low if s.has_interval else s.value)
+    curve_m = _m_of_c(base_law, var_law, grid)
+    u = m.multiplier_unshared
+    ax.plot(
+        grid,
+        curve_m,
+        color=color,
+        lw=1.6 if not shared_is_head else 1.0,
+        ls="-" if not shared_is_head else ":",
+        label=f"separate exponents, M(C); at largest C: {u.text(3)}",
+        zorder=3,
+    )
+    if u.has_interval and math.isfinite(u.value):
+        ax.errorbar(
+            [m.compute * 1.12],
+            [u.value],
+            yerr=[[u.value - u.low], [u.high - u.value]],
+            fmt="none",
+            ecolor=color,
+            elinewidth=1.0,
+            capsize=4,
+            alpha=0.8 if not shared_is_head else 0.45,
+            zorder=3,
+        )
+        if not shared_is_head:
+            highs.append(u.high)
+            lows.append(u.low)
+
+
+def _paper_references(axes: Any, refs: list[tuple[Any, float | None]], highs: list[float], lows: list[float]) -> None:
+    """The shared y range of figure 2's panels, then in each the paper's multiplier (a line, or a legend entry
+    when it is off the scale) and the legend."""
+    top = max(h for h in highs if math.isfinite(h))
+    bottom = min(v for v in lows if math.isfinite(v))
+    span = max(top - bottom, 0.05)
+    # the paper's value is drawn when it is near our data; far off, it would squash our points into a line
+    near = [ref for _, ref in refs if ref is not None and bottom - span <= ref <= top + span]
+    top, bottom = max([top, *near]), min([bottom, *near])
+    span = max(top - bottom, 0.05)
+    axes[0, 0].set_ylim(bottom - 0.08 * span, top + 0.08 * span + 0.55 * span)  # room for the legend
+    for ax, ref in refs:
+        if ref is not None and ref in near:
+            ax.axhline(
+                ref,
+                color="0.45",
+                lw=1.0,
+                ls=(0, (5, 2, 1, 2)),
+                zorder=1,
+                label=f"the paper's fits (their data): {ref:.2f}",
+            )
+        elif ref is not None:
+            ax.plot([], [], " ", label=f"the paper's fits (their data): {ref:.2f}, off this scale")
+        ax.legend(loc="upper left", fontsize=7.5, framealpha=0.9)
+
+
+def _paper_name(name: str) -> str:
+    """The legend name of one of the paper's fits (its Block AttnRes has about 8 blocks: ``N≈8``)."""
+    if name == "block":
+        return Variant("block", 8).title.replace("(N=8)", "(N≈8)")
+    return Variant(name).title
 
 
 def plot_paper_curves() -> Figure:
@@ -288,6 +421,7 @@ def plot_paper_curves() -> Figure:
     their data, their tokenizer and their FLOP count, so never on the same axes as our runs. The arrow marks
     the headline: at C = 5.6 the Block fit's loss needs C ~ 7.0 on the baseline fit (M ~ 1.25)."""
     import matplotlib.pyplot as plt
+
     from analysis import PowerLaw
 
     grid = np.geomspace(PAPER_RANGE[0], 8.0, 200)
@@ -295,17 +429,36 @@ def plot_paper_curves() -> Figure:
         fig, ax = plt.subplots(figsize=FIGSIZE)
         for name in ("baseline", "full", "block"):
             a, alpha = PAPER_FITS[name]
-            ax.plot(grid, PowerLaw(a, alpha).loss(grid), color=variant_color(name), ls=variant_linestyle(name), lw=1.6,
-                    label=f"paper, {variant_label(name, 8 if name == 'block' else None).replace(' (N=8)', ' (N≈8)')}: L = {a}$\\cdot C^{{-{alpha}}}$")  # fmt: skip
+            ax.plot(
+                grid,
+                PowerLaw(a, alpha).loss(grid),
+                color=variant_color(name),
+                ls=variant_linestyle(name),
+                lw=1.6,
+                label=f"paper, {_paper_name(name)}: L = {a}$\\cdot C^{{-{alpha}}}$",
+            )
         base, block = PowerLaw(*PAPER_FITS["baseline"]), PowerLaw(*PAPER_FITS["block"])
         target = float(block.loss(PAPER_HEADLINE_C))
         c_base = float(base.compute_for_loss(target))
-        ax.annotate("", xy=(c_base, target), xytext=(PAPER_HEADLINE_C, target), arrowprops={"arrowstyle": "->", "color": "0.3", "lw": 1.0})
+        ax.annotate(
+            "",
+            xy=(c_base, target),
+            xytext=(PAPER_HEADLINE_C, target),
+            arrowprops={"arrowstyle": "->", "color": "0.3", "lw": 1.0},
+        )
         ax.plot([PAPER_HEADLINE_C], [target], "o", color=variant_color("block"), ms=5)
         ax.plot([c_base], [target], "o", color=variant_color("baseline"), ms=5)
-        ax.text(0.03, 0.05, f"The headline: the Block fit's loss at C = {PAPER_HEADLINE_C} ({target:.3f}) needs C = {c_base:.2f}\n"
-                f"on the baseline fit (arrow), so M = {c_base / PAPER_HEADLINE_C:.3f} (\"1.25x compute\")", transform=ax.transAxes, fontsize=8.5,
-                va="bottom", ha="left", bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": "0.7"})  # fmt: skip
+        ax.text(
+            0.03,
+            0.05,
+            f"The headline: the Block fit's loss at C = {PAPER_HEADLINE_C} ({target:.3f}) needs C = {c_base:.2f}\n"
+            f'on the baseline fit (arrow), so M = {c_base / PAPER_HEADLINE_C:.3f} ("1.25x compute")',
+            transform=ax.transAxes,
+            fontsize=8.5,
+            va="bottom",
+            ha="left",
+            bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": "0.7"},
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(grid[0], grid[-1])
@@ -319,4 +472,11 @@ def plot_paper_curves() -> Figure:
     return fig
 
 
-__all__ = ["plot_scaling_curves", "plot_multiplier", "plot_paper_curves", "paper_multiplier", "compute_label", "multiplier_text"]
+__all__ = [
+    "plot_scaling_curves",
+    "plot_multiplier",
+    "plot_paper_curves",
+    "paper_multiplier",
+    "compute_label",
+    "multiplier_text",
+]

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from attnres.variants import Variant
+
 BASELINE_COLOR = "#222222"
 FULL_COLOR = "#1f6fb4"
 BLOCK_COLOR = "#e0710c"
@@ -32,8 +34,20 @@ _FIXED_COLORS = {
     "block+heads16": "#e7298a",
 }
 _PREFIX_COLORS = [("mhc", "#7b3294"), ("hc", "#c2a5cf"), ("full+window", "#4dac26")]
-_PALETTE = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
-            "#a6cee3", "#b2df8a", "#fb9a99", "#cab2d6"]  # fmt: skip
+_PALETTE = [
+    "#1b9e77",
+    "#d95f02",
+    "#7570b3",
+    "#e7298a",
+    "#66a61e",
+    "#e6ab02",
+    "#a6761d",
+    "#666666",
+    "#a6cee3",
+    "#b2df8a",
+    "#fb9a99",
+    "#cab2d6",
+]
 _MARKERS = {"baseline": "o", "full": "s", "block": "^", "denseformer": "P", "hc": "X", "mhc": "D"}
 _OTHER_MARKERS = ["v", "<", ">", "p", "h", "*", "d", "8"]
 
@@ -61,26 +75,33 @@ RC = {
     "image.interpolation": "nearest",
 }
 
-_N_SUFFIX = re.compile(r"^(?P<variant>.+)-N(?P<n>\d+)$")
+
+def curve_variant(curve: str) -> Variant:
+    """The variant a curve name stands for (:meth:`Variant.parse`): ``block-N4`` is Block AttnRes with N = 4,
+    any other curve its variant name with N unknown. A curve name is a variant name or ``<variant>-N<n>``,
+    never a label, so a name that reads only as a label (``block4``) is kept as it is."""
+    variant = Variant.parse(curve)
+    return variant if variant.curve() == curve else Variant(curve)
 
 
-def split_curve(curve: str) -> tuple[str, int | None]:
-    """``"block-N4"`` -> ``("block", 4)``; any other label -> ``(label, None)``."""
-    m = _N_SUFFIX.match(curve)
-    if m:
-        return m.group("variant"), int(m.group("n"))
-    return curve, None
+def _with_blocks(curve: str, n_blocks: int | None) -> Variant:
+    """The curve's variant, with ``n_blocks`` as N of a Block AttnRes curve whose name does not say N."""
+    variant = curve_variant(curve)
+    if variant.name == "block" and variant.n_blocks is None:
+        return Variant("block", n_blocks)
+    return variant
 
 
 def variant_color(curve: str) -> str:
     """The fixed color of a variant or curve label (``block-N8`` gets a shade of the Block color by N)."""
-    variant, n = split_curve(curve)
-    if variant == "block" and n is not None:
-        return _block_shade(n)
+    v = curve_variant(curve)
+    variant = v.name
+    if variant == "block" and v.n_blocks is not None:
+        return _block_shade(v.n_blocks)
     if variant in _FIXED_COLORS:
         return _FIXED_COLORS[variant]
     for prefix, color in _PREFIX_COLORS:
-        if variant.startswith(prefix) and variant[len(prefix):].isdigit():
+        if variant.startswith(prefix) and variant[len(prefix) :].isdigit():
             return color
         if prefix.endswith("window") and variant.startswith(prefix):
             return color
@@ -101,18 +122,18 @@ def _stable_index(name: str, n: int) -> int:
 
 
 def variant_marker(curve: str) -> str:
-    variant, _ = split_curve(curve)
-    base = variant.split("+")[0]
+    v = curve_variant(curve)
+    variant, base = v.name, v.residual
     if variant in _MARKERS:
         return _MARKERS[variant]
     for prefix in ("mhc", "hc"):
-        if base.startswith(prefix) and base[len(prefix):].isdigit():
+        if base.startswith(prefix) and base[len(prefix) :].isdigit():
             return _MARKERS[prefix]
     return _OTHER_MARKERS[_stable_index(variant, len(_OTHER_MARKERS))]
 
 
 def variant_linestyle(curve: str) -> str:
-    variant, _ = split_curve(curve)
+    variant = curve_variant(curve).name
     if variant == "baseline":
         return "-"
     if variant.startswith("block"):
@@ -123,27 +144,16 @@ def variant_linestyle(curve: str) -> str:
 
 
 def variant_label(curve: str, n_blocks: int | None = None) -> str:
-    """The legend name: ``baseline``, ``Full AttnRes``, ``Block AttnRes (N=4)``; other names as they are."""
-    variant, n = split_curve(curve)
-    n = n if n is not None else n_blocks
-    if variant == "baseline":
-        return "baseline"
-    if variant == "full":
-        return "Full AttnRes"
-    if variant == "block":
-        return f"Block AttnRes (N={n})" if n is not None else "Block AttnRes"
-    return f"{variant} (N={n})" if (n is not None and split_curve(curve)[1] is not None) else variant
+    """The legend name (:attr:`Variant.title`): ``baseline``, ``Full AttnRes``, ``Block AttnRes (N=4)``; other
+    names as they are, with N only when the curve name says it (``block+heads16-N4``). ``n_blocks``: N of a
+    Block AttnRes curve whose name does not say it."""
+    return _with_blocks(curve, n_blocks).title
 
 
 def short_label(curve: str, n_blocks: int | None = None) -> str:
-    """A short name for annotations: ``Full``, ``Block N=4``, ablation names as they are."""
-    variant, n = split_curve(curve)
-    n = n if n is not None else n_blocks
-    if variant == "full":
-        return "Full"
-    if variant == "block":
-        return f"Block N={n}" if n is not None else "Block"
-    return curve
+    """A short name for annotations (:attr:`Variant.short`): ``Full``, ``Block N=4``, other curves by their
+    name."""
+    return _with_blocks(curve, n_blocks).short
 
 
 def curve_order(curves: Iterable[str]) -> list[str]:
@@ -151,8 +161,8 @@ def curve_order(curves: Iterable[str]) -> list[str]:
     and its ablations, anything else; alphabetical within a group."""
 
     def key(curve: str) -> tuple[int, int, str]:
-        variant, n = split_curve(curve)
-        base = variant.split("+")[0]
+        v = curve_variant(curve)
+        variant, n, base = v.name, v.n_blocks, v.residual
         if variant == "baseline":
             group = 0
         elif base in ("denseformer",) or re.fullmatch(r"m?hc\d*", base):
@@ -174,12 +184,12 @@ def curve_order(curves: Iterable[str]) -> list[str]:
 
 def is_main_variant(curve: str) -> bool:
     """Baseline, Full AttnRes and Block AttnRes (any N): the variants the dynamics figures show by default."""
-    return split_curve(curve)[0] in ("baseline", "full", "block")
+    return curve_variant(curve).name in ("baseline", "full", "block")
 
 
 def is_attnres(curve: str) -> bool:
     """A curve whose runs write depth_attn.parquet in the paper's form (Full or Block, any N, no ablation)."""
-    return split_curve(curve)[0] in ("full", "block")
+    return curve_variant(curve).name in ("full", "block")
 
 
 def rc_context() -> Any:
@@ -219,18 +229,11 @@ def readable_log_ticks(ax: Any, axis: str = "y", values: Sequence[float] | None 
 def _digits_for(ticks: Sequence[float]) -> int:
     for digits in range(0, 6):
         labels = [f"{t:.{digits}f}" for t in ticks]
-        if len(set(labels)) == len(labels) and all(abs(float(s) - t) <= 1e-9 * max(abs(t), 1) for s, t in zip(labels, ticks)):
+        if len(set(labels)) == len(labels) and all(
+            abs(float(s) - t) <= 1e-9 * max(abs(t), 1) for s, t in zip(labels, ticks)
+        ):
             return digits
     return 4
-
-
-def sci(x: float, digits: int = 3) -> str:
-    """``1.01e+18`` style, for compute values in text."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "nan"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return f"{x:.{digits}g}"
 
 
 def compact_int(x: float) -> str:

@@ -1,6 +1,7 @@
-"""The report's tables, each a DataFrame: the fits and multipliers of a sweep (cells are the texts ``attnres
-fit`` prints; full-precision numbers are in report.json), a table like the paper's Table 2 (per model size:
-parameters, tokens, loss per variant) and one like its Table 4 (the ablation variants at one size).
+"""The report's tables, each a DataFrame: the fits and multipliers of a sweep (made by :mod:`analysis.tables`,
+as ``attnres fit`` prints them, in the figures' order; full-precision numbers are in report.json), a table like
+the paper's Table 2 (per model size: parameters, tokens, loss per variant) and one like its Table 4 (the
+ablation variants at one size).
 
 Takes the :class:`analysis.FitReport` or the runs DataFrame; never reads files; never imports torch.
 """
@@ -13,11 +14,14 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from reports.data import MissingData, Shape, n_blocks_of, select, sweep_fit, sweep_runs
-from reports.style import curve_order, is_main_variant, sci, split_curve, variant_label
+from analysis import tables as analysis_tables
+from analysis.tables import FitTable, curve_table
+from attnres.variants import Variant
+from reports.data import MissingData, Shape, n_blocks_of, sweep_fit, sweep_points, sweep_runs
+from reports.style import curve_order, curve_variant, is_main_variant, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analysis import FitReport, VariantMultiplier
+    from analysis import FitReport, SweepFit
 
 # The paper's Table 4 (436M model, their data): loss of each ablation minus the baseline's 1.766.
 PAPER_TABLE4_BASELINE = 1.766
@@ -45,16 +49,17 @@ _TAG_TEXT = {
 
 def describe_variant(curve: str) -> str:
     """A one-line description of a variant name (``full+sigmoid`` -> "Full AttnRes, sigmoid instead of softmax")."""
-    variant, n = split_curve(curve)
-    parts = variant.split("+")
-    base, tags = parts[0], parts[1:]
+    v = curve_variant(curve)
+    n, base, tags = v.n_blocks, v.residual, v.name.split("+")[1:]
     m = re.fullmatch(r"(m?hc)(\d+)", base)
     if base == "baseline":
         head = "PreNorm residual stream (baseline)"
     elif base == "denseformer":
         head = "DenseFormer (learned scalar weights over all earlier outputs)"
     elif m:
-        head = ("manifold-constrained Hyper-Connections (mHC)" if m.group(1) == "mhc" else "Hyper-Connections (HC)") + f", {m.group(2)} streams"
+        head = (
+            "manifold-constrained Hyper-Connections (mHC)" if m.group(1) == "mhc" else "Hyper-Connections (HC)"
+        ) + f", {m.group(2)} streams"
     elif base == "full":
         head = "Full AttnRes"
     elif base == "block":
@@ -74,81 +79,68 @@ def describe_variant(curve: str) -> str:
     return ", ".join([head, *texts])
 
 
-def _ci(report: FitReport) -> str:
-    return f"{int(round(report.settings.level * 100))}% CI"
-
-
-def _multipliers(report: FitReport, sweep: str | None) -> list[VariantMultiplier]:
-    """The sweep's variant multipliers in the figures' variant order."""
-    sw = sweep_fit(report, sweep)
+def _variant_order(sw: SweepFit) -> list[str]:
+    """The sweep's variants with a multiplier, in the figures' variant order."""
     if not sw.multipliers:
         raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
-    order = curve_order([m.variant for m in sw.multipliers])
-    return sorted(sw.multipliers, key=lambda m: order.index(m.variant))
+    return curve_order([m.variant for m in sw.multipliers])
+
+
+def curve_fits(report: FitReport, sweep: str | None = None) -> FitTable:
+    """The table of :func:`fit_table` with its caption (:func:`analysis.tables.curve_table`, curves in the
+    figures' order)."""
+    sw = sweep_fit(report, sweep)
+    if not sw.curves:
+        raise MissingData(f"no fitted curve in sweep {sw.sweep!r}")
+    return curve_table(sw, report.settings, curve_order([c.curve for c in sw.curves]))
+
+
+def multipliers(report: FitReport, sweep: str | None = None) -> FitTable:
+    """The table of :func:`multiplier_table` with its caption (every column, variants in the figures' order)."""
+    sw = sweep_fit(report, sweep)
+    return analysis_tables.multiplier_table(sw, report.settings, _variant_order(sw), brief=False)
+
+
+def budget_multipliers(report: FitReport, sweep: str | None = None) -> FitTable:
+    """The table of :func:`budget_table` with its caption (variants in the figures' order)."""
+    sw = sweep_fit(report, sweep)
+    return analysis_tables.budget_table(sw, report.settings, _variant_order(sw))
 
 
 def fit_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per fitted curve: status, points, runs, A, alpha (and E) with their intervals."""
-    sw = sweep_fit(report, sweep)
-    if not sw.curves:
-        raise MissingData(f"no fitted curve in sweep {sw.sweep!r}")
-    pct = _ci(report)
-    rows = []
-    for c in sorted(sw.curves, key=lambda c: curve_order([x.curve for x in sw.curves]).index(c.curve)):
-        row = {"curve": c.curve, "status": c.fit.status, "points": c.fit.n_points, "runs": c.n_runs,
-               f"A [{pct}]": c.fit.A.text(), f"alpha [{pct}]": c.fit.alpha.text()}  # fmt: skip
-        if c.fit.E is not None:
-            row[f"E [{pct}]"] = c.fit.E.text()
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return curve_fits(report, sweep).frame()
 
 
 def multiplier_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per variant: M at its largest budget (the headline) with its interval, the exponent used and
     the exponent test, the wall-clock multiplier, runs, and the fit statuses."""
-    pct = _ci(report)
-    rows = []
-    for m in _multipliers(report, sweep):
-        rows.append({
-            "variant": m.variant,
-            "largest C": sci(m.compute, 4),
-            f"M [{pct}]": m.multiplier.text(),
-            "exponent": m.exponent,
-            f"alpha_var - alpha_base [{pct}]": m.exponent_test.difference.text(3),
-            "p": sci(m.exponent_test.p_value, 2),
-            f"M, shared exponent [{pct}]": m.multiplier_shared.text() if m.multiplier_shared is not None else "",
-            f"M, separate exponents [{pct}]": m.multiplier_unshared.text(),
-            f"wall-clock M [{pct}]": m.wall_clock.text(),
-            "runs (var/base)": f"{m.n_runs_variant}/{m.n_runs_baseline}",
-            "status (base/var/joint)": f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}",
-        })  # fmt: skip
-    return pd.DataFrame(rows)
+    return multipliers(report, sweep).frame()
 
 
 def budget_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with intervals."""
-    pct = _ci(report)
-    rows = []
-    for m in _multipliers(report, sweep):
-        for b in m.budgets:
-            rows.append({"variant": m.variant, "C": sci(b.compute, 4), "loss": f"{b.loss:.5g}", "runs": b.n_runs_variant,
-                         f"M [{pct}]": b.multiplier.text(), f"wall-clock M [{pct}]": b.wall_clock.text(),
-                         "FLOP/s ratio": sci(b.throughput_ratio, 3)})  # fmt: skip
-    return pd.DataFrame(rows)
+    return budget_multipliers(report, sweep).frame()
 
 
 _SHAPE = ["n_layer", "d_model", "tokens"]  # one model size at one budget
 
 
-def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", baseline: str = "baseline") -> pd.DataFrame:
+def size_table(
+    runs: pd.DataFrame,
+    *,
+    sweep: str | None = None,
+    select_method: str = "mean",
+    baseline: str = "baseline",
+    points: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Like the paper's Table 2: one row per (n_layer, d_model, tokens) with finished runs; columns n_layer,
     d_model, params (non-embedding), tokens, training FLOPs and lr (the baseline's, else the first variant's),
     seeds (runs behind each loss), then the validation loss (nats/token) of each variant, named as in the
     figures: baseline, Full and Block AttnRes, and any other variant run at more than one size (an ablation
     run at one size only is in :func:`ablation_table`). ``DataFrame.attrs["loss_columns"]`` lists the loss
-    columns."""
-    runs, sweep = sweep_runs(runs, sweep)
-    points = select(runs, select_method)
+    columns. ``points``: the fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     if points.empty:
         raise MissingData("no finished runs")
     shapes = points.groupby("curve")[_SHAPE].apply(lambda g: len(g.drop_duplicates()))
@@ -162,14 +154,24 @@ def size_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: s
         ref = g[g["curve"] == baseline]
         ref = ref.iloc[0] if not ref.empty else g.sort_values("curve").iloc[0]
         n_runs = sorted(set(int(v) for v in g["n_runs"]))
-        row = {"n_layer": int(n_layer), "d_model": int(d_model), "params (non-embedding)": float(ref["params"]), "tokens": float(tokens),
-               "training FLOPs": float(ref["flops"]), "lr": float(ref["lr"]),
-               "seeds": str(n_runs[0]) if len(n_runs) == 1 else f"{n_runs[0]}-{n_runs[-1]}"}  # fmt: skip
+        row = {
+            "n_layer": int(n_layer),
+            "d_model": int(d_model),
+            "params (non-embedding)": float(ref["params"]),
+            "tokens": float(tokens),
+            "training FLOPs": float(ref["flops"]),
+            "lr": float(ref["lr"]),
+            "seeds": str(n_runs[0]) if len(n_runs) == 1 else f"{n_runs[0]}-{n_runs[-1]}",
+        }
         for c in curves:
             hit = g[g["curve"] == c]
             row[names[c]] = float(hit["loss"].iloc[0]) if not hit.empty else math.nan
         rows.append(row)
-    table = pd.DataFrame(rows).sort_values(["training FLOPs", "params (non-embedding)"], kind="stable").reset_index(drop=True)
+    table = (
+        pd.DataFrame(rows)
+        .sort_values(["training FLOPs", "params (non-embedding)"], kind="stable")
+        .reset_index(drop=True)
+    )
     table.attrs["loss_columns"] = [names[c] for c in curves]
     table.attrs["sweep"] = sweep
     return table
@@ -208,8 +210,13 @@ def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
     names = {c: variant_label(c, n_blocks_of(done, c)) for c in curves}
     rows = []
     for (n_layer, d_model, tokens, lr), g in done.groupby([*_SHAPE, "lr"], sort=True):
-        row = {"n_layer": int(n_layer), "d_model": int(d_model), "tokens": float(tokens), "lr": float(lr),
-               "seeds": int(g.groupby("curve").size().min())}  # fmt: skip
+        row = {
+            "n_layer": int(n_layer),
+            "d_model": int(d_model),
+            "tokens": float(tokens),
+            "lr": float(lr),
+            "seeds": int(g.groupby("curve").size().min()),
+        }
         for c in curves:
             hit = g.loc[g["curve"] == c, "val_loss"]
             row[names[c]] = float(hit.mean()) if not hit.empty else math.nan
@@ -220,24 +227,35 @@ def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
     return table
 
 
-def has_ablations(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean") -> bool:
+def has_ablations(
+    runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", points: pd.DataFrame | None = None
+) -> bool:
     """Whether a sweep holds ablation variants: any name besides baseline / full / block, or Block with
     several N at one size."""
-    runs, sweep = sweep_runs(runs, sweep)
-    points = select(runs, select_method)
-    return bool(len(points)) and any(split_curve(c)[0] not in ("baseline", "full", "block") or split_curve(c)[1] is not None for c in points["curve"])
+    runs, sweep, points = sweep_points(runs, sweep, select_method, points)
+    return bool(len(points)) and any(
+        v.name not in ("baseline", "full", "block") or v.n_blocks is not None
+        for v in map(curve_variant, points["curve"])
+    )
 
 
-def ablation_table(runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", baseline: str = "baseline") -> pd.DataFrame:
+def ablation_table(
+    runs: pd.DataFrame,
+    *,
+    sweep: str | None = None,
+    select_method: str = "mean",
+    baseline: str = "baseline",
+    points: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Like the paper's Table 4: every variant at the size with the most variants (ties: the largest FLOPs),
     one row each: variant, description, N, S, params (non-embedding), validation loss, its difference from
     the baseline, seeds, and the paper's difference from its baseline in its Table 4 (436M model, their data)
-    where the paper has the same variant. Raises :class:`MissingData` when the sweep has no ablation."""
-    runs, sweep = sweep_runs(runs, sweep)
-    points = select(runs, select_method)
+    where the paper has the same variant. Raises :class:`MissingData` when the sweep has no ablation.
+    ``points``: the fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     if points.empty:
         raise MissingData("no finished runs")
-    if not has_ablations(runs, sweep=sweep, select_method=select_method):
+    if not has_ablations(runs, sweep=sweep, points=points):
         raise MissingData("no ablation variants (only baseline, Full and Block with a single N)")
     scores = []
     for key, g in points.groupby(["n_layer", "d_model", "tokens"], sort=True):
@@ -250,21 +268,31 @@ def ablation_table(runs: pd.DataFrame, *, sweep: str | None = None, select_metho
     n_sub = 2 * int(key[0])
     for c in curve_order(g["curve"]):
         r = g[g["curve"] == c].iloc[0]
-        variant = split_curve(c)[0]
+        variant = curve_variant(c).name
         nb = None if pd.isna(r["n_blocks"]) else int(r["n_blocks"])
-        s_value = None if nb is None or variant.split("+")[0] not in ("full", "block") else (1 if variant.split("+")[0] == "full" else math.ceil(n_sub / nb))
+        s_value = (
+            None
+            if nb is None or variant.split("+")[0] not in ("full", "block")
+            else (1 if variant.split("+")[0] == "full" else math.ceil(n_sub / nb))
+        )
         paper = PAPER_TABLE4.get(variant) if (variant != "block" or s_value == 4) else None
-        rows.append({
-            "variant": c,
-            "description": describe_variant(f"block-N{nb}" if (c == "block" and nb is not None) else c),
-            "N": nb if variant.split("+")[0] in ("full", "block") else None,
-            "S": s_value,
-            "params (non-embedding)": float(r["params"]),
-            "loss": float(r["loss"]),
-            "Δ loss vs baseline": float(r["loss"]) - base_loss if c != baseline else 0.0,
-            "seeds": int(r["n_runs"]),
-            "paper Δ (436M, their data)": (paper - PAPER_TABLE4_BASELINE) if paper is not None else (0.0 if c == baseline else math.nan),
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": c,
+                "description": describe_variant(
+                    Variant("block", nb).curve() if (c == "block" and nb is not None) else c
+                ),
+                "N": nb if variant.split("+")[0] in ("full", "block") else None,
+                "S": s_value,
+                "params (non-embedding)": float(r["params"]),
+                "loss": float(r["loss"]),
+                "Δ loss vs baseline": float(r["loss"]) - base_loss if c != baseline else 0.0,
+                "seeds": int(r["n_runs"]),
+                "paper Δ (436M, their data)": (paper - PAPER_TABLE4_BASELINE)
+                if paper is not None
+                else (0.0 if c == baseline else math.nan),
+            }
+        )
     table = pd.DataFrame(rows)
     table["N"] = table["N"].astype("Int64")
     table["S"] = table["S"].astype("Int64")

@@ -7,18 +7,18 @@
     summary.counts, summary.statuses
 
 Also: ``sweeps.plan.plan(grid, results)`` (the plan rows), ``sweeps.status.sweep_status(expand_runs(grid),
-results)``, ``sweeps.tune.tune(grid, results)``.
+results)``, ``sweeps.tuning.tune(grid, results)``.
 
-Modules: grid (format, validation, expansion, the ladder), plan (table, time estimate), launch (run_grid,
-submit_grid), local (worker processes), slurm (submitit arrays), requeue (SIGUSR1 -> checkpoint + requeue),
-status, tune (Optuna), tuned (the tuned file), runner (claim + train one run), cli. See docs/sweeps.md.
+Modules: grid (format, validation, expansion, the ladder), plan (table, time estimate), launchers (run_grid,
+submit_grid), local_pool (worker processes), slurm (submitit arrays), requeue (SIGUSR1 -> checkpoint + requeue),
+status, tuning (Optuna), tuned_values (the tuned file), claim (claim + train one run), cli. See docs/sweeps.md.
 Nothing here imports torch at import time.
 """
 
-from sweeps.grid import Grid, expand, expand_runs, ladder, load_grid, model_of_size, tokens_for
-from sweeps.launch import run_grid, submit_grid
-from sweeps.local import SweepSummary
-from sweeps.runner import RunOutcome
+from sweeps.claim import RunOutcome
+from sweeps.grid import Grid, expand, expand_runs, load_grid, model_of_size, tokens_for
+from sweeps.launchers import run_grid, submit_grid
+from sweeps.local_pool import SweepSummary
 
 __all__ = [
     "Grid",
@@ -26,11 +26,9 @@ __all__ = [
     "SweepSummary",
     "expand",
     "expand_runs",
-    "ladder",
     "load_grid",
     "model_of_size",
     "run_grid",
     "submit_grid",
     "tokens_for",
 ]
-

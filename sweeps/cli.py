@@ -10,12 +10,21 @@ import sys
 
 
 def _grid_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("grid", metavar="GRID", help="a grid YAML file, or the name of a shipped grid (smoke, cpu_small, paper, block_size)")
     parser.add_argument(
-        "overrides", nargs="*", metavar="key=value",
-        help="settings applied to every run after the grid (e.g. data.corpus=/data/text.txt); they change run ids like any config change",
+        "grid",
+        metavar="GRID",
+        help="a grid YAML file, or the name of a shipped grid (smoke, cpu_small, paper, block_size)",
     )
-    parser.add_argument("--results", default="results", help="results root; runs go to RESULTS/<sweep>/<run_id> (default: ./results)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="settings applied to every run after the grid (e.g. data.corpus=/data/text.txt); "
+        "they change run ids like any config change",
+    )
+    parser.add_argument(
+        "--results", default="results", help="results root; runs go to RESULTS/<sweep>/<run_id> (default: ./results)"
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,25 +37,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     commands = sweep.add_subparsers(dest="sweep_command", required=True, metavar="COMMAND")
 
-    plan = commands.add_parser("plan", help="the table of runs, with params, tokens, FLOPs and estimated time; trains nothing")
+    plan = commands.add_parser(
+        "plan", help="the table of runs, with params, tokens, FLOPs and estimated time; trains nothing"
+    )
     _grid_arguments(plan)
-    plan.add_argument("--launcher", choices=("local", "slurm"), default="local", help="estimate for this launcher's devices (default: local)")
-    plan.add_argument("--flops-per-s", type=float, help="assumed training throughput of one run per device, FLOP/s "
-                      "(default: measured on finished runs in RESULTS if any, else 3e10 on CPU, 1.5e14 per GPU)")
+    plan.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="estimate for this launcher's devices (default: local)",
+    )
+    plan.add_argument(
+        "--flops-per-s",
+        type=float,
+        help="assumed training throughput of one run per device, FLOP/s "
+        "(default: measured on finished runs in RESULTS if any, else 3e10 on CPU, 1.5e14 per GPU)",
+    )
     plan.set_defaults(func=cmd_plan)
 
     run = commands.add_parser("run", help="train every unfinished run of the grid (locally or as SLURM job arrays)")
     _grid_arguments(run)
-    run.add_argument("--launcher", choices=("local", "slurm"), default="local", help="local worker processes, or SLURM via submitit (default: local)")
+    run.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local worker processes, or SLURM via submitit (default: local)",
+    )
     run.add_argument("--workers", type=int, default=1, help="local: runs trained at the same time (default: 1)")
     run.add_argument("--threads", type=int, help="local: torch threads per worker (default: CPU cores // workers)")
-    run.add_argument("--no-progress", action="store_true", help="local: one line per finished run instead of a progress bar")
-    run.add_argument("--wait", action="store_true", help="slurm: wait until every run is finished (polls run.parquet and squeue)")
+    run.add_argument(
+        "--no-progress", action="store_true", help="local: one line per finished run instead of a progress bar"
+    )
+    run.add_argument(
+        "--wait", action="store_true", help="slurm: wait until every run is finished (polls run.parquet and squeue)"
+    )
     run.add_argument("--poll", type=float, default=30.0, help="slurm --wait: seconds between polls (default: 30)")
-    run.add_argument("--timeout", type=float, help="slurm --wait: stop waiting after this many seconds (the jobs go on)")
+    run.add_argument(
+        "--timeout", type=float, help="slurm --wait: stop waiting after this many seconds (the jobs go on)"
+    )
     run.set_defaults(func=cmd_run)
 
-    status = commands.add_parser("status", help="done / running / queued / interrupted / failed / diverged for every run")
+    status = commands.add_parser(
+        "status", help="done / running / queued / interrupted / failed / diverged for every run"
+    )
     _grid_arguments(status)
     status.set_defaults(func=cmd_status)
 
@@ -58,12 +91,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with `lr: tuned` reads them. Trials train into RESULTS/<sweep>-tune/. See docs/sweeps.md.",
     )
     _grid_arguments(tune)
-    tune.add_argument("--variants", nargs="+", metavar="VARIANT",
-                      help="variants to tune: baseline, full, block<N>, or 'all' (default: the grid's tune.variants, usually baseline)")
+    tune.add_argument(
+        "--variants",
+        nargs="+",
+        metavar="VARIANT",
+        help="variants to tune: baseline, full, block<N>, or 'all' "
+        "(default: the grid's tune.variants, usually baseline)",
+    )
     tune.add_argument("--sizes", nargs="+", metavar="SIZE", help="only these sizes (names as L<n_layer>-d<d_model>)")
     tune.add_argument("--trials", type=int, help="finished trials per study (default: the grid's tune.trials)")
-    tune.add_argument("--storage", help="Optuna storage: an RDB URL (postgresql://..., sqlite:///...) or a journal file "
-                      "(default: RESULTS/<sweep>-tune/optuna.journal)")
+    tune.add_argument(
+        "--storage",
+        help="Optuna storage: an RDB URL (postgresql://..., sqlite:///...) or a journal file "
+        "(default: RESULTS/<sweep>-tune/optuna.journal)",
+    )
     tune.add_argument("--threads", type=int, help="torch threads (default: all CPU cores)")
     tune.set_defaults(func=cmd_tune)
 
@@ -74,31 +115,47 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     grid = load_grid(args.grid, args.overrides)
     rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
-    print(f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x variants x lr x "
-          f"{len(grid.seeds)} seed(s)) -> {args.results}/{grid.name}/")
+    print(
+        f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x "
+        "variants x lr x "
+        f"{len(grid.seeds)} seed(s)) -> {args.results}/{grid.name}/"
+    )
     print(format_plan(grid, rows, launcher=args.launcher, parallel=parallelism(grid, args.launcher, len(rows))))
-    corpus = {r for r in {(grid.defaults.get('data') or {}).get('corpus')} if r and r != "builtin"}
+    corpus = {r for r in {(grid.defaults.get("data") or {}).get("corpus")} if r and r != "builtin"}
     from pathlib import Path
 
     for path in corpus:
         if not Path(path).expanduser().exists():
-            print(f"note: data.corpus={path!r} does not exist here; set it (e.g. data.corpus=/data/text.txt) before `sweep run`", file=sys.stderr)
+            print(
+                f"note: data.corpus={path!r} does not exist here; set it (e.g. data.corpus=/data/text.txt) before "
+                "`sweep run`",
+                file=sys.stderr,
+            )
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.launcher == "slurm":
-        from sweeps.launch import submit_grid
+        from sweeps.launchers import submit_grid
 
-        summary = submit_grid(args.grid, args.results, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout, overrides=args.overrides)
+        summary = submit_grid(
+            args.grid, args.results, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout, overrides=args.overrides
+        )
         if args.wait:
             print(summary.line())
             _print_problems(summary)
             return 0 if summary.ok else 1
         return 0
-    from sweeps.launch import run_grid
+    from sweeps.launchers import run_grid
 
-    summary = run_grid(args.grid, args.results, workers=args.workers, progress=not args.no_progress, threads=args.threads, overrides=args.overrides)
+    summary = run_grid(
+        args.grid,
+        args.results,
+        workers=args.workers,
+        progress=not args.no_progress,
+        threads=args.threads,
+        overrides=args.overrides,
+    )
     print(summary.line())
     _print_problems(summary)
     if summary.interrupted:
@@ -127,9 +184,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from sweeps.grid import load_grid
-    from sweeps.tune import tune
+    from sweeps.tuning import tune
 
     grid = load_grid(args.grid, args.overrides)
-    best = tune(grid, args.results, variants=args.variants, sizes=args.sizes, trials=args.trials, storage=args.storage, threads=args.threads)
+    best = tune(
+        grid,
+        args.results,
+        variants=args.variants,
+        sizes=args.sizes,
+        trials=args.trials,
+        storage=args.storage,
+        threads=args.threads,
+    )
     print(f"tuned {len(best)} (size, variant) pair(s) -> {grid.tuned_file(args.results)}")
     return 0 if best else 1

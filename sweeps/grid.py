@@ -6,8 +6,8 @@ shared ``defaults:`` (any :class:`attnres.config.RunConfig` field). Every expand
 ``attnres train``. The whole grid is validated when it is loaded, before anything runs: unknown keys,
 unknown variants, Block N out of range for a size, an empty ladder, duplicate runs.
 
-The size ladder is three small functions, as in the OLMo ladder: :func:`model_of_size` ("what is a model
-of depth n"), :func:`tokens_for` ("how many tokens for it") and :func:`ladder` ("the sizes of a grid").
+The size ladder is two small functions, as in the OLMo ladder: :func:`model_of_size` ("what is a model
+of depth n") and :func:`tokens_for` ("how many tokens for it"); ``Grid.sizes`` are the sizes of a grid.
 
 This module imports no torch (plans and status stay fast). The grid format is documented in docs/sweeps.md.
 """
@@ -15,25 +15,28 @@ This module imports no torch (plans and status stay fast). The grid format is do
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from attnres.config import (
+    ONLY_FOR,
     ConfigError,
     ModelConfig,
     RunConfig,
     TrainConfig,
     apply_overrides,
+    as_number,
     from_dict,
     load_yaml,
-    split_variant,
+    unknown_key,
 )
-from attnres.counting import count_params
+from attnres.costs import count_params
+from attnres.variants import Variant
 
 GRID_DIR = Path(__file__).resolve().parent
 TOP_KEYS = ("name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune")
@@ -89,7 +92,7 @@ class VariantSpec:
             values = [n for n in range(1, sublayers + 1) if sublayers % n == 0]
         else:
             values = [default_n_blocks if self.n_blocks is None else self.n_blocks]
-        return [(f"block{n}", "block", n) for n in values]
+        return [(Variant("block", n).label, "block", n) for n in values]
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,10 @@ class Grid:
         """Where ``attnres tune`` writes, and ``lr: tuned`` reads, the tuned values (relative to the results)."""
         return Path(results) / (self.tune.file or f"{self.tune_sweep}/tuned.yaml")
 
+    def tune_command(self, results: str | Path) -> str:
+        """The ``attnres tune`` command that writes :meth:`tuned_file` under ``results``."""
+        return f"attnres tune {self.path or self.name} --results {results}"
+
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -185,7 +192,7 @@ class PlannedRun:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# the ladder: three small functions
+# the ladder: two small functions
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -210,11 +217,6 @@ def tokens_for(params: int, budget: BudgetSpec) -> dict[str, float | int | None]
     if budget.kind == "tokens":
         return {"tokens": int(budget.value), "flops": None}
     return {"tokens": None, "flops": float(budget.value)}
-
-
-def ladder(grid: Grid) -> tuple[Size, ...]:
-    """The sizes of a grid, smallest first (as written for an explicit list)."""
-    return grid.sizes
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -255,30 +257,20 @@ def load_grid(path_or_name: str | Path | Mapping[str, Any], overrides: list[str]
     return grid
 
 
-def _unknown(section: str, key: str, allowed: tuple[str, ...] | list[str]) -> ConfigError:
-    hint = difflib.get_close_matches(str(key), list(allowed), n=1)
-    return ConfigError(
-        f"unknown key {section}{key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; allowed: {', '.join(allowed)}"
-    )
-
-
 def _check_keys(data: Mapping, allowed: tuple[str, ...] | list[str], section: str) -> None:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{section.rstrip('.') or 'the grid'} must be a mapping, got {data!r}")
     for key in data:
         if key not in allowed:
-            raise _unknown(section, key, allowed)
+            raise unknown_key(section, key, allowed)
 
 
 def _number(value: Any, where: str, positive: bool = True) -> float:
-    if isinstance(value, bool):
+    number = as_number(value)
+    if number is None:
         raise ConfigError(f"{where} must be a number, got {value!r}")
-    try:
-        number = float(str(value).replace("_", "")) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where} must be a number, got {value!r}") from None
-    if positive and not (number > 0 and math.isfinite(number)):
-        raise ConfigError(f"{where} must be a positive number, got {value!r}")
+    if not math.isfinite(number) or (positive and not number > 0):
+        raise ConfigError(f"{where} must be a {'positive' if positive else 'finite'} number, got {value!r}")
     return number
 
 
@@ -303,14 +295,21 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
     except ConfigError as err:
         raise ConfigError(f"defaults: {err}") from None
     if "ladder" not in data:
-        raise ConfigError("the ladder is empty: add ladder: {depths: [...], width_per_layer: W, head_dim: H} or ladder: {sizes: [...]}")
+        raise ConfigError(
+            "the ladder is empty: add ladder: {depths: [...], width_per_layer: W, head_dim: H} or ladder: {sizes: "
+            "[...]}"
+        )
     model_defaults = defaults.get("model") or {}
     sizes = _parse_ladder(data["ladder"], model_defaults)
     budgets = _parse_budgets(data.get("budgets"), "budgets")
     if not budgets and any(s.budgets is None for s in sizes):
-        raise ConfigError("budgets is empty: add budgets: [{tokens_per_param: 20}] (or tokens / flops), or budgets per size")
+        raise ConfigError(
+            "budgets is empty: add budgets: [{tokens_per_param: 20}] (or tokens / flops), or budgets per size"
+        )
     variants = _parse_variants(data.get("variants", ["baseline", "full", {"block": [4]}]))
-    seeds = tuple(_integer(s, "seeds", minimum=0) for s in _as_list(data.get("seeds", [defaults.get("train", {}).get("seed", 0)])))
+    seeds = tuple(
+        _integer(s, "seeds", minimum=0) for s in _as_list(data.get("seeds", [defaults.get("train", {}).get("seed", 0)]))
+    )
     if not seeds:
         raise ConfigError("seeds is empty: give a seed or a list of seeds, e.g. seeds: [0, 1]")
     lr = _parse_lr(data.get("lr"))
@@ -345,7 +344,10 @@ def _parse_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, 
     if "depths" in value:
         for key in ("width_per_layer", "head_dim"):
             if key not in value:
-                raise ConfigError(f"ladder.depths needs ladder.{key} (d_model = width_per_layer * n_layer, n_head = d_model / head_dim)")
+                raise ConfigError(
+                    f"ladder.depths needs ladder.{key} (d_model = width_per_layer * n_layer, n_head = d_model / "
+                    "head_dim)"
+                )
         width = _integer(value["width_per_layer"], "ladder.width_per_layer")
         head_dim = _integer(value["head_dim"], "ladder.head_dim")
         for depth in _as_list(value["depths"] or []):
@@ -356,7 +358,9 @@ def _parse_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, 
             _check_keys(entry, ("n_layer", "d_model", "n_head", "head_dim", "train", "budgets", "slurm"), where)
             for key in ("n_layer", "d_model"):
                 if key not in entry:
-                    raise ConfigError(f"{where}{key} is missing (each size needs n_layer and d_model, and n_head or head_dim)")
+                    raise ConfigError(
+                        f"{where}{key} is missing (each size needs n_layer and d_model, and n_head or head_dim)"
+                    )
             n_layer = _integer(entry["n_layer"], where + "n_layer")
             d_model = _integer(entry["d_model"], where + "d_model")
             if "n_head" in entry:
@@ -366,7 +370,7 @@ def _parse_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, 
             else:
                 n_head = int(model_defaults.get("n_head", ModelConfig.n_head))
             train = entry.get("train") or {}
-            _check_keys(train, [f.name for f in dataclasses.fields(TrainConfig)], where + "train.")
+            from_dict(TrainConfig, train, where + "train.")  # typed and checked here, applied per run
             budgets = _parse_budgets(entry["budgets"], where + "budgets") if "budgets" in entry else None
             slurm = entry.get("slurm") or {}
             from sweeps.slurm import check_resources
@@ -389,10 +393,13 @@ def _parse_budgets(value: Any, where: str) -> tuple[BudgetSpec, ...]:
     for i, entry in enumerate(_as_list(value)):
         at = f"{where}[{i}]"
         if not isinstance(entry, Mapping) or len(entry) != 1:
-            raise ConfigError(f"{at} must be one of {{tokens_per_param: X}}, {{tokens: N}} or {{flops: F}} (a value or a list), got {entry!r}")
+            raise ConfigError(
+                f"{at} must be one of {{tokens_per_param: X}}, {{tokens: N}} or {{flops: F}} (a value or a list), "
+                f"got {entry!r}"
+            )
         ((kind, values),) = entry.items()
         if kind not in BUDGET_KINDS:
-            raise _unknown(at + ".", kind, BUDGET_KINDS)
+            raise unknown_key(at + ".", kind, BUDGET_KINDS)
         for v in _as_list(values):
             out.append(BudgetSpec(kind, _number(v, f"{at}.{kind}")))
     return tuple(out)
@@ -402,7 +409,7 @@ def _parse_model_variant(entry: Mapping[str, Any]) -> VariantSpec:
     """``{name: LABEL, model: {residual: ..., ...}}``: a variant with its own model.* settings (an ablation)."""
     unknown = set(entry) - {"name", "model"}
     if unknown:
-        raise _unknown("variants: ", sorted(unknown)[0], ("name", "model"))
+        raise unknown_key("variants: ", sorted(unknown)[0], ("name", "model"))
     model = entry.get("model")
     if not isinstance(model, Mapping) or "residual" not in model:
         raise ConfigError(f"variants: {dict(entry)!r} needs model: {{residual: ..., ...}} (any model.* fields)")
@@ -410,7 +417,7 @@ def _parse_model_variant(entry: Mapping[str, Any]) -> VariantSpec:
     if "name" in entry:
         name = str(entry["name"]).strip()
     else:
-        name = cfg.variant.replace("block", f"block{cfg.n_blocks}", 1) if cfg.residual == "block" else cfg.variant
+        name = Variant.of(cfg).label
     if not name or any(c.isspace() or c == "/" for c in name):
         raise ConfigError(f"variants: name {entry.get('name')!r} must be a non-empty label without spaces or '/'")
     n_blocks = cfg.n_blocks if cfg.residual == "block" else None
@@ -429,16 +436,24 @@ def _parse_variants(value: Any) -> tuple[VariantSpec, ...]:
             if text == "block":  # N from the grid's default
                 out.append(VariantSpec("block", None))
                 continue
-            if split := split_variant(text):
-                out.append(VariantSpec(*split))
+            if main := Variant.parse_main(text):
+                out.append(VariantSpec(main.name, main.n_blocks))
                 continue
             hint = difflib.get_close_matches(text, ["baseline", "full", "block"], n=1)
-            raise ConfigError(f"variants: unknown variant {entry!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; choose {choices}")
+            raise ConfigError(
+                f"variants: unknown variant {entry!r}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; choose {choices}"
+            )
         if isinstance(entry, Mapping) and len(entry) == 1:
             ((key, n_values),) = entry.items()
             if key != "block":
                 hint = difflib.get_close_matches(str(key), ["block"], n=1)
-                raise ConfigError(f"variants: unknown variant {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; choose {choices}")
+                raise ConfigError(
+                    f"variants: unknown variant {key!r}"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + f"; choose {choices}"
+                )
             if n_values == "divisors":
                 out.append(VariantSpec("block", "divisors"))
                 continue
@@ -528,12 +543,22 @@ def size_params(grid: Grid, size: Size) -> int:
 
 
 def _run_data(
-    grid: Grid, size: Size, budget: BudgetSpec, residual: str, n_blocks: int | None, lr: float | None, seed: int, params: int
+    grid: Grid,
+    size: Size,
+    budget: BudgetSpec,
+    residual: str,
+    n_blocks: int | None,
+    lr: float | None,
+    seed: int,
+    params: int,
 ) -> dict[str, Any]:
     data = copy.deepcopy(dict(grid.defaults))
     model = data.setdefault("model", {})
     model.update(size.model)
     model["residual"] = residual
+    for name, readers in ONLY_FOR.items():  # a grid-wide default (defaults.model.n_blocks) only where it is read
+        if residual not in readers:
+            model.pop(name, None)
     if n_blocks is not None:
         model["n_blocks"] = n_blocks
     train = data.setdefault("train", {})
@@ -560,7 +585,7 @@ def _check_n_blocks(grid: Grid, size: Size, spec: VariantSpec) -> None:
 def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
     """Every run of the grid. ``tuned``: the tuned-values file's content (None: placeholders, for validation)."""
     from sweeps.slurm import merge_resources
-    from sweeps.tuned import tuned_values
+    from sweeps.tuned_values import tuned_values
 
     runs: list[PlannedRun] = []
     for size in grid.sizes:
@@ -606,7 +631,8 @@ def _check_duplicates(runs: list[PlannedRun]) -> None:
         first = repeated[0]
         raise ConfigError(
             f"duplicate runs: {first.run_id} appears {counts[first.run_id]} times (size {first.size.name}, variant "
-            f"{first.variant}, budget {first.budget.label}, seed {first.cfg.train.seed}); every combination of the grid must "
+            f"{first.variant}, budget {first.budget.label}, seed {first.cfg.train.seed}); every combination of the "
+            "grid must "
             "be a different run: remove the repeated variant / budget / seed / lr"
         )
 
@@ -619,9 +645,10 @@ def expand_runs(grid: Grid, results: str | Path | None = None) -> list[PlannedRu
     """
     tuned = None
     if isinstance(grid.lr, str):
-        from sweeps.tuned import read_tuned
+        from sweeps.tuned_values import read_tuned
 
-        tuned = read_tuned(grid, results if results is not None else "results")
+        results = results if results is not None else "results"
+        tuned = read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results))
     try:
         return _expand(grid, tuned)
     except ConfigError as err:
@@ -644,19 +671,27 @@ def variant_labels(grid: Grid, size: Size) -> list[str]:
 
 
 def make_run(
-    grid: Grid, size: Size, variant: str, budget: BudgetSpec, seed: int, sweep: str | None = None, train: Mapping[str, Any] | None = None
+    grid: Grid,
+    size: Size,
+    variant: str,
+    budget: BudgetSpec,
+    seed: int,
+    sweep: str | None = None,
+    train: Mapping[str, Any] | None = None,
 ) -> RunConfig:
     """One run of the grid outside its cross product (``attnres tune`` builds its trials with it).
 
     ``variant``: baseline, full or block<N>; ``train``: extra train.* settings, applied last.
     """
     model: dict[str, Any] = {}
-    if split := split_variant(variant):
-        residual, n_blocks = split
+    if main := Variant.parse_main(variant):
+        residual, n_blocks = main.name, main.n_blocks
     else:
         specs = [s for s in grid.variants if s.name == variant]
         if not specs:
-            raise ConfigError(f"unknown variant {variant!r}; use baseline, full, block<N> (e.g. block4) or a grid variant's name")
+            raise ConfigError(
+                f"unknown variant {variant!r}; use baseline, full, block<N> (e.g. block4) or a grid variant's name"
+            )
         residual, n_blocks, model = specs[0].residual, specs[0].n_blocks, dict(specs[0].model)
     data = _run_data(grid, size, budget, residual, n_blocks, None, seed, size_params(grid, size))
     data["model"].update(model)

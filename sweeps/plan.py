@@ -14,9 +14,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnres.budget import run_budget
+from attnres.costs import run_budget
+from sweeps.claim import read_status
 from sweeps.grid import Grid, PlannedRun, expand_runs
-from sweeps.runner import read_status
 
 DEFAULT_FLOPS_PER_S = {
     # Sustained training FLOP/s of one run by the project's FLOP counter (not peak). CPU: 2 cores / 2 threads of
@@ -43,7 +43,6 @@ class PlanRow:
     tokens: int
     steps: int
     flops: float  # training FLOPs (the compute axis)
-    flops_with_eval: float  # what the run costs, evaluation included
     est_s: float
     rate_source: str  # default | calibrated | given
     status: str | None  # the run's status in the results directory, if it exists
@@ -80,7 +79,9 @@ def measured_rates(results: str | Path | None, sweep: str) -> dict[tuple, float]
             continue
         rate = row["tokens_per_s"] * row["flops_per_token"]
         kind = "cpu" if str(row.get("device") or "cpu") == "cpu" else "gpu"
-        shapes.setdefault((kind, row["n_layer"], row["d_model"], row["seq_len"], row["variant"], row["n_blocks"]), []).append(rate)
+        shapes.setdefault(
+            (kind, row["n_layer"], row["d_model"], row["seq_len"], row["variant"], row["n_blocks"]), []
+        ).append(rate)
         shapes.setdefault(("*", kind), []).append(rate)
     return {k: statistics.median(v) for k, v in shapes.items()}
 
@@ -100,7 +101,14 @@ def plan(
         cfg = run.cfg
         budget = run_budget(cfg)
         kind, devices = device_of(run, launcher)
-        shape = (kind, cfg.model.n_layer, cfg.model.d_model, cfg.model.seq_len, cfg.model.residual, cfg.model.effective_n_blocks)
+        shape = (
+            kind,
+            cfg.model.n_layer,
+            cfg.model.d_model,
+            cfg.model.seq_len,
+            cfg.model.residual,
+            cfg.model.effective_n_blocks,
+        )
         if flops_per_s:
             rate, source = flops_per_s * max(1, devices), "given"
         elif shape in rates:
@@ -115,9 +123,21 @@ def plan(
             row = read_status(Path(results) / cfg.sweep / cfg.run_id)
             status = row["status"] if row else None
         rows.append(
-            PlanRow(cfg.run_id, run.size.name, run.variant, cfg.model.effective_n_blocks if cfg.model.residual == "block" else None,
-                    cfg.train.lr, cfg.train.seed, budget.params, budget.tokens, budget.steps, budget.flops, total,
-                    total / rate + OVERHEAD_S[kind], source, status)
+            PlanRow(
+                cfg.run_id,
+                run.size.name,
+                run.variant,
+                cfg.model.effective_n_blocks if cfg.model.residual == "block" else None,
+                cfg.train.lr,
+                cfg.train.seed,
+                budget.params,
+                budget.tokens,
+                budget.steps,
+                budget.flops,
+                total / rate + OVERHEAD_S[kind],
+                source,
+                status,
+            )
         )
     return rows
 
@@ -144,8 +164,21 @@ def format_plan(grid: Grid, rows: list[PlanRow], launcher: str = "local", parall
     header = ("run_id", "variant", "N", "params", "tokens", "steps", "FLOPs", "lr", "seed", "est. time", "status")
     table = [header]
     for r in rows:
-        table.append((r.run_id, r.variant, "-" if r.n_blocks is None else str(r.n_blocks), human_count(r.params), human_count(r.tokens),
-                      str(r.steps), f"{r.flops:.3g}", f"{r.lr:.3g}", str(r.seed), human_time(r.est_s), r.status or "-"))
+        table.append(
+            (
+                r.run_id,
+                r.variant,
+                "-" if r.n_blocks is None else str(r.n_blocks),
+                human_count(r.params),
+                human_count(r.tokens),
+                str(r.steps),
+                f"{r.flops:.3g}",
+                f"{r.lr:.3g}",
+                str(r.seed),
+                human_time(r.est_s),
+                r.status or "-",
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged"))
@@ -155,7 +188,11 @@ def format_plan(grid: Grid, rows: list[PlanRow], launcher: str = "local", parall
     lines.append(
         f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
         f"for the unfinished runs ({how}; throughput: {'/'.join(sources)}"
-        + (f", {DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s per CPU run" if "default" in sources and launcher == "local" else "")
+        + (
+            f", {DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s per CPU run"
+            if "default" in sources and launcher == "local"
+            else ""
+        )
         + "; see --flops-per-s)"
     )
     return "\n".join(lines)
@@ -167,4 +204,3 @@ def parallelism(grid: Grid, launcher: str, n_runs: int) -> int:
     from sweeps.slurm import resources
 
     return max(1, min(n_runs, resources(grid.slurm).array_parallelism))
-

@@ -2,13 +2,12 @@
 
 SLURM sends SIGUSR1 ``signal_delay_s`` seconds before the time limit (``--signal=USR1@N``, set by the SLURM
 launcher). Lightning's own SLURM auto-requeue would save an ``hpc_ckpt`` *inside* the signal handler, in the
-middle of whatever step is running; resuming from such a checkpoint currently skips a batch and never
-reaches the end of training (the data position is saved one batch ahead of the optimizer step; see
-docs/sweeps.md). So the sweep installs its own SIGUSR1 handler before training (Lightning then leaves the
-signal alone): the handler only sets a flag, and this callback, at the end of the current training step,
+middle of whatever step is running, and with DDP the ranks would save at different steps. So the sweep
+installs its own SIGUSR1 handler before training (Lightning then leaves the signal alone): the handler only sets
+a flag, and this callback, at the end of the current training step,
 
 1. writes ``RUN_DIR/checkpoints/hpc_ckpt_<n>.ckpt`` with Lightning's ``trainer.save_checkpoint`` (same name
-   and place as Lightning's own, so ``attnres.train`` resumes from it), on every rank;
+   and place as Lightning's own, so ``attnres.training.run`` resumes from it), on every rank;
 2. runs ``scontrol requeue <job>`` (global rank 0; the array task's id for arrays);
 3. stops training; the run stays ``running`` (interrupted) until the requeued task resumes it.
 
@@ -43,10 +42,15 @@ def requeue_callback() -> Any | None:
             self.saved: str | None = None
 
         def on_signal(self, signum: int, frame: Any) -> None:
-            print(f"received signal {signal.Signals(signum).name}: checkpoint and requeue at the end of this step", flush=True)
+            print(
+                f"received signal {signal.Signals(signum).name}: checkpoint and requeue at the end of this step",
+                flush=True,
+            )
             self.requested = True
 
-        def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_end(
+            self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
             if not trainer.strategy.reduce_boolean_decision(self.requested, all=False) or self.saved:
                 return
             path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)

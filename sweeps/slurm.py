@@ -8,7 +8,7 @@
   ``--requeue``. On SIGUSR1 the task writes an ``hpc_ckpt_*.ckpt`` into ``RUN_DIR/checkpoints`` at the end of
   the current step and runs ``scontrol requeue`` for itself (:mod:`sweeps.requeue`: Lightning's SLURM
   auto-requeue with the checkpoint moved to a step boundary); the requeued task runs the same pickled job,
-  and ``attnres.train`` resumes from the newest checkpoint (hpc or last.ckpt). A task killed by the scheduler
+  and ``attnres.training.run`` resumes from the newest checkpoint (hpc or last.ckpt). A task killed by the scheduler
   without the signal (pre-emption with PreemptMode=REQUEUE, node failure) is requeued by SLURM and resumes
   from ``last.ckpt``, written at every evaluation.
 * Logs: submitit writes every task's stdout/stderr into ``RESULTS/<sweep>/.submitit/``; each run folder gets
@@ -31,16 +31,27 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from attnres import locks
 from attnres.config import ConfigError, RunConfig, from_dict
+from attnres.storage import locks
 
 SUBMITIT_DIR = ".submitit"
 JOBS_FILE = "jobs.txt"
-LIVE_GONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+LIVE_GONE = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 PENDING = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "RESV_DEL_HOLD")
 
 
@@ -113,14 +124,18 @@ def resources(data: Mapping[str, Any], where: str = "slurm.") -> SlurmResources:
         if key not in _FIELDS:
             hint = difflib.get_close_matches(str(key), _FIELDS, n=1)
             raise ConfigError(
-                f"unknown key {where}{key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; allowed: {', '.join(_FIELDS)}"
+                f"unknown key {where}{key!r}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; allowed: {', '.join(_FIELDS)}"
             )
 
     scalars = {k: v for k, v in data.items() if k in _SCALARS}
     typed = from_dict(_scalar_class(), scalars, where)
     additional = data.get("additional") or {}
     if not isinstance(additional, Mapping):
-        raise ConfigError(f"{where}additional must be a mapping of sbatch options, e.g. {{mail-type: END}}, got {additional!r}")
+        raise ConfigError(
+            f"{where}additional must be a mapping of sbatch options, e.g. {{mail-type: END}}, got {additional!r}"
+        )
     setup = data.get("setup") or ()
     if isinstance(setup, str):
         setup = (setup,)
@@ -146,7 +161,11 @@ def _scalar_class() -> type:
     import typing
 
     hints = typing.get_type_hints(SlurmResources)
-    fields = [(f.name, hints[f.name], dataclasses.field(default=f.default)) for f in dataclasses.fields(SlurmResources) if f.name in _SCALARS]
+    fields = [
+        (f.name, hints[f.name], dataclasses.field(default=f.default))
+        for f in dataclasses.fields(SlurmResources)
+        if f.name in _SCALARS
+    ]
     return dataclasses.make_dataclass("SlurmResources", fields, frozen=True)
 
 
@@ -158,7 +177,10 @@ def merge_resources(grid_slurm: Mapping[str, Any], size_slurm: Mapping[str, Any]
     """A size's resources over the grid's (``additional`` merged key by key)."""
     merged = {**dict(grid_slurm or {}), **dict(size_slurm or {})}
     if (grid_slurm or {}).get("additional") or (size_slurm or {}).get("additional"):
-        merged["additional"] = {**dict((grid_slurm or {}).get("additional") or {}), **dict((size_slurm or {}).get("additional") or {})}
+        merged["additional"] = {
+            **dict((grid_slurm or {}).get("additional") or {}),
+            **dict((size_slurm or {}).get("additional") or {}),
+        }
     return merged
 
 
@@ -171,12 +193,12 @@ def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
     """The job function of every array task: train one run (resuming or skipping as needed).
 
     Global rank 0 claims the run folder; the other DDP ranks train only if rank 0 does (it tells them through the
-    run folder, :func:`attnres.locks.announce`), and Lightning synchronises them.
+    run folder, :func:`attnres.storage.locks.announce`), and Lightning synchronises them.
     SIGUSR1 (the time-limit warning) checkpoints at the end of the current step and requeues the task
     (:mod:`sweeps.requeue`).
     """
+    from sweeps.claim import train_claimed
     from sweeps.requeue import requeue_callback
-    from sweeps.runner import train_claimed
 
     requeue = requeue_callback()
     callbacks = [requeue] if requeue is not None else []
@@ -188,7 +210,7 @@ def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
         locks.announce(Path(run_dir), outcome.status)
         print(f"{cfg.run_id}: {outcome.status}" + (f" ({outcome.error})" if outcome.error else ""), flush=True)
         return dataclasses.asdict(outcome)
-    from attnres.train import train
+    from attnres.training.run import train
 
     result = train(cfg, run_dir, progress=False, callbacks=callbacks)
     return {"run_id": cfg.run_id, "status": result.status, "rank": rank}
@@ -218,7 +240,9 @@ def squeue_states() -> dict[str, str] | None:
     try:
         out = subprocess.run(
             ["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -260,7 +284,7 @@ def slurm_groups(planned: list) -> list[tuple[SlurmResources, list, list[RunConf
 
     Raises :class:`ConfigError` if a run's global batch does not split over its devices (nodes x tasks).
     """
-    from sweeps.local import with_runtime
+    from sweeps.local_pool import with_runtime
 
     groups: dict[tuple, tuple[SlurmResources, list, list[RunConfig]]] = {}
     for run in planned:
@@ -270,7 +294,8 @@ def slurm_groups(planned: list) -> list[tuple[SlurmResources, list, list[RunConf
         if cfg.train.batch_size % world:
             raise ConfigError(
                 f"{cfg.run_id} (size {run.size.name}): train.batch_size={cfg.train.batch_size} does not split over its "
-                f"{world} devices (slurm nodes {res.nodes} x tasks_per_node {res.tasks}); change the batch or the resources"
+                f"{world} devices (slurm nodes {res.nodes} x tasks_per_node {res.tasks}); change the batch or the "
+                "resources"
             )
         entry = groups.setdefault(res.key(), (res, [], []))
         entry[1].append(run)
@@ -278,19 +303,20 @@ def slurm_groups(planned: list) -> list[tuple[SlurmResources, list, list[RunConf
     return list(groups.values())
 
 
-def submit(
-    planned: list, results: str | Path, sweep: str, log: Callable[[str], None] = print
-) -> list[tuple[Any, str]]:
+def submit(planned: list, results: str | Path, sweep: str, log: Callable[[str], None] = print) -> list[tuple[Any, str]]:
     """Submit planned runs (:class:`sweeps.grid.PlannedRun`) as job arrays; return (run, job id) pairs."""
     groups = slurm_groups(planned)  # validate everything before the first sbatch
     if not slurm_available():
-        raise ConfigError("the SLURM launcher needs sbatch and squeue on PATH (run it on a cluster login node), or use --launcher local")
+        raise ConfigError(
+            "the SLURM launcher needs sbatch and squeue on PATH (run it on a cluster login node), or use --launcher "
+            "local"
+        )
     try:
         import submitit
     except ModuleNotFoundError:
         raise ConfigError("the SLURM launcher needs submitit: pip install -e '.[slurm]'") from None
 
-    from attnres.train import run_dir_for
+    from attnres.training.run import run_dir_for
 
     folder = Path(results).resolve() / sweep / SUBMITIT_DIR
     submitted: list[tuple[Any, str]] = []
@@ -305,7 +331,8 @@ def submit(
             "cpus_per_task": res.cpus_per_task,
             "slurm_array_parallelism": res.array_parallelism,
             "slurm_signal_delay_s": res.signal_delay_s,
-            # the time-limit warning goes to sweeps.requeue's SIGUSR1 handler (submitit's default, USR2, is for its own mechanism)
+            # the time-limit warning goes to sweeps.requeue's SIGUSR1 handler (submitit's default, USR2, is for its
+            # own mechanism)
             "slurm_additional_parameters": {
                 "signal": f"USR1@{res.signal_delay_s}",
                 "requeue": True,
@@ -330,7 +357,12 @@ def submit(
             _record(Path(run_dir), job, folder)
             submitted.append((run, str(job.job_id)))
         arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
-        what = f"{len(jobs)} runs as job array {', '.join(arrays)}" if len(jobs) > 1 else f"1 run as job {jobs[0].job_id}"
-        log(f"submitted {what} ({res.nodes} node(s) x {res.tasks} task(s), "
-            f"{res.gpus_per_node} GPU(s)/node, {res.cpus_per_task} CPU(s)/task, {res.time_min} min, at most {res.array_parallelism} at once)")
+        what = (
+            f"{len(jobs)} runs as job array {', '.join(arrays)}" if len(jobs) > 1 else f"1 run as job {jobs[0].job_id}"
+        )
+        log(
+            f"submitted {what} ({res.nodes} node(s) x {res.tasks} task(s), "
+            f"{res.gpus_per_node} GPU(s)/node, {res.cpus_per_task} CPU(s)/task, {res.time_min} min, at most "
+            f"{res.array_parallelism} at once)"
+        )
     return submitted

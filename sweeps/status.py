@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
+from sweeps.claim import is_locked, read_status
 from sweeps.grid import PlannedRun
-from sweeps.runner import is_locked, read_status
 from sweeps.slurm import PENDING, job_alive, jobs_of, squeue_states
 
 STATES = ("done", "running", "queued", "interrupted", "failed", "diverged")
@@ -75,8 +75,19 @@ def run_state(run: PlannedRun, results: str | Path, queue: dict[str, str] | None
         state, detail = "failed", f"SLURM job {job} ended without training it; see {run_dir / 'slurm' / job}.out"
     else:
         state, detail = "queued", "not started"
-    return RunState(run.cfg.run_id, run.size.name, run.variant, state, step, max_steps, row["val_loss"] if row else None,
-                    detail, str(run_dir), job, job_state)
+    return RunState(
+        run.cfg.run_id,
+        run.size.name,
+        run.variant,
+        state,
+        step,
+        max_steps,
+        row["val_loss"] if row else None,
+        detail,
+        str(run_dir),
+        job,
+        job_state,
+    )
 
 
 def sweep_status(planned: list[PlannedRun], results: str | Path) -> list[RunState]:
@@ -89,14 +100,22 @@ def sweep_status(planned: list[PlannedRun], results: str | Path) -> list[RunStat
 
 def summary_line(states: list[RunState], sweep: str) -> str:
     counts = Counter(s.state for s in states)
-    return f"sweep {sweep}: {len(states)} runs: " + ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s] or s in ("done", "queued"))
+    return f"sweep {sweep}: {len(states)} runs: " + ", ".join(
+        f"{counts[s]} {s}" for s in STATES if counts[s] or s in ("done", "queued")
+    )
 
 
 def format_status(states: list[RunState], sweep: str) -> str:
     header = ("run_id", "variant", "state", "step", "val_loss", "detail")
     rows = [header] + [
-        (s.run_id, s.variant, s.state, f"{s.step}/{s.max_steps}" if s.max_steps else "-",
-         f"{s.val_loss:.4f}" if s.val_loss is not None else "-", s.detail)
+        (
+            s.run_id,
+            s.variant,
+            s.state,
+            f"{s.step}/{s.max_steps}" if s.max_steps else "-",
+            f"{s.val_loss:.4f}" if s.val_loss is not None else "-",
+            s.detail,
+        )
         for s in states
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -122,9 +141,12 @@ def wait_for(
     while True:
         queue = squeue_states()
         states = [run_state(r, results, queue) for r in planned]
-        gone_now = {s.run_id for s in states if queue is not None and not job_alive(s.job_state) and s.state != "running"}
+        gone_now = {
+            s.run_id for s in states if queue is not None and not job_alive(s.job_state) and s.state != "running"
+        }
         finished = all(
-            s.state in ("done", "diverged") or (s.state in ("failed", "interrupted", "queued") and s.run_id in gone_now & gone_before)
+            s.state in ("done", "diverged")
+            or (s.state in ("failed", "interrupted", "queued") and s.run_id in gone_now & gone_before)
             for s in states
         )
         line = summary_line(states, planned[0].cfg.sweep if planned else "sweep")

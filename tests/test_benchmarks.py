@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnres import AttnResLM, depth_native
+from attnres import AttnResLM
+from attnres.kernels import cpu as cpu_kernels
 from benchmarks import bench_step
 
 
@@ -32,9 +33,24 @@ def test_median_ci_falls_back_to_the_range_for_tiny_samples():
 def test_side_by_side_run_reports_ratios_to_the_baseline(tmp_path, capsys):
     out = tmp_path / "bench.json"
     argv = [
-        "--sizes", "32x1", "--seq-len", "16", "--batch", "2", "--head-dim", "16", "--repeats", "3",
-        "--warmup", "1", "--variants", "baseline,block2,full", "--threads", str(torch.get_num_threads()),
-        "--json", str(out),
+        "--sizes",
+        "32x1",
+        "--seq-len",
+        "16",
+        "--batch",
+        "2",
+        "--head-dim",
+        "16",
+        "--repeats",
+        "3",
+        "--warmup",
+        "1",
+        "--variants",
+        "baseline,block2,full",
+        "--threads",
+        str(torch.get_num_threads()),
+        "--json",
+        str(out),
     ]
     assert bench_step.main(argv) == 0
     rows = {row["variant"]: row for row in json.loads(out.read_text())["results"]}
@@ -51,10 +67,10 @@ def test_side_by_side_run_reports_ratios_to_the_baseline(tmp_path, capsys):
 def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
     """``block2-eager`` is Block N = 2 with the depth attention in torch ops; ``block2`` uses the CPU kernels."""
     seen: list[bool] = []
-    usable = depth_native.usable
-    monkeypatch.setattr(depth_native, "usable", lambda *xs: seen.append(depth_native.enabled) or usable(*xs))
+    usable = cpu_kernels.usable
+    monkeypatch.setattr(cpu_kernels, "usable", lambda *xs: seen.append(cpu_kernels.enabled) or usable(*xs))
     tokens = torch.randint(0, 256, (2, 17))
-    default = depth_native.enabled
+    default = cpu_kernels.enabled
     for name in ("block2-eager", "block2"):
         cfg = bench_step.variant_config(name, 32, 2, 16, 2)
         assert (cfg.residual, cfg.n_blocks) == ("block", 2)
@@ -62,7 +78,7 @@ def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
         seen.clear()
         bench_step.Runner(name, model, torch.optim.AdamW(model.parameters()), tokens, False).step()
         assert seen and set(seen) == {default and not name.endswith("-eager")}, name
-        assert depth_native.enabled == default  # switched back after the step
+        assert cpu_kernels.enabled == default  # switched back after the step
 
 
 @pytest.mark.parametrize(
@@ -73,7 +89,8 @@ def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
         (["--sizes", "64x2", "--variants", "baseline,block8"], "n_blocks=8 is out of range"),
         (["--variants", "full,baseline"], "must start with baseline"),
         pytest.param(
-            ["--device", "cuda"], "sees no CUDA GPU",
+            ["--device", "cuda"],
+            "sees no CUDA GPU",
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible"),
         ),
     ],
@@ -88,8 +105,20 @@ def test_bad_arguments_are_rejected_before_anything_is_timed(argv, fragment, cap
 def test_training_side_by_side_trains_each_variant_and_compares_their_throughput(tmp_path, capsys):
     from benchmarks import train_side_by_side
 
-    argv = ["--variants", "baseline,block2", "--accelerator", "cpu", "--out", str(tmp_path), "model.n_layer=2",
-            "model.d_model=32", "model.n_head=2", "model.seq_len=32", "train.batch_size=4", "train.tokens=8000"]
+    argv = [
+        "--variants",
+        "baseline,block2",
+        "--accelerator",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "model.n_layer=2",
+        "model.d_model=32",
+        "model.n_head=2",
+        "model.seq_len=32",
+        "train.batch_size=4",
+        "train.tokens=8000",
+    ]
     assert train_side_by_side.main(argv) == 0
     printed = capsys.readouterr().out
     for name in ("baseline", "block2"):

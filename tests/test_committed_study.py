@@ -1,4 +1,4 @@
-"""The committed CPU study (reports/cpu_small/): `attnres fit` reproduces the numbers the README states."""
+"""The committed CPU study (studies/cpu_small/): `attnres fit` reproduces the numbers the README states."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "reports" / "cpu_small" / "results"
-pytestmark = pytest.mark.skipif(not (RESULTS / "cpu_small").is_dir(), reason="the committed study is not in this checkout")
+RESULTS = ROOT / "studies" / "cpu_small" / "results"
+pytestmark = pytest.mark.skipif(
+    not (RESULTS / "cpu_small").is_dir(), reason="the committed study is not in this checkout"
+)
 
 
 def readme_rows() -> dict[str, list[str]]:
@@ -42,5 +44,5 @@ def test_the_committed_report_is_the_report_of_the_committed_results():
 
     from analysis import load_results
 
-    saved = json.loads((ROOT / "reports" / "cpu_small" / "report" / "report.json").read_text())
+    saved = json.loads((ROOT / "studies" / "cpu_small" / "report" / "report.json").read_text())
     assert saved["fit"]["inputs_hash"] == load_results(RESULTS, tables=()).inputs_hash

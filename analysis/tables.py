@@ -1,0 +1,260 @@
+"""The fit's tables, built in one place for the two that show them: the text ``attnres fit`` prints
+(:func:`format_report`) and the report's tables and
+paragraphs (:mod:`reports.tables`, :mod:`reports.build`).
+
+A :class:`FitTable` is a header, rows of cells (the texts ``attnres fit`` prints; counts stay ints) and the
+two captions: ``title``, the line ``attnres fit`` prints above the table, and ``caption``, the report's
+sentence before it. A statement outside a table (the joint fit, each variant's choice of exponent) is a
+:class:`FitText` with its two wordings. The report lists curves and variants in its figures' order
+(``order``) and shows more columns of the multipliers than ``attnres fit`` (``brief=False``).
+
+Pure Python; no I/O; never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from analysis.bootstrap import Estimate
+from analysis.fit import OFFSET_POWER, POWER
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from analysis.fit import JointPowerLawFit
+    from analysis.sweep_fits import FitReport, FitSettings, SweepFit, VariantMultiplier
+
+Cell = str | int
+
+SURFACE = "Chinchilla surface L(N, D) = E + A / N^alpha + B / D^beta"
+
+
+@dataclass(frozen=True)
+class FitTable:
+    """A table of the fit: ``header``, ``rows`` of cells, the CLI's ``title`` line and the report's
+    ``caption`` (either may be empty)."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+    title: str = ""
+    caption: str = ""
+
+    def text_lines(self) -> list[str]:
+        """The table as ``attnres fit`` prints it: left-aligned columns two spaces apart, a dashed rule under
+        the header, no trailing spaces."""
+        cells = [[str(c) for c in row] for row in self.rows]
+        widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(self.header)]
+
+        def line(texts: Sequence[str]) -> str:
+            return "  ".join(t.ljust(w) for t, w in zip(texts, widths)).rstrip()
+
+        return [line(self.header), line(["-" * w for w in widths])] + [line(r) for r in cells]
+
+    def frame(self) -> pd.DataFrame:
+        """The table as a DataFrame (the report's; one column per header cell)."""
+        import pandas as pd
+
+        return pd.DataFrame([list(r) for r in self.rows], columns=list(self.header))
+
+
+@dataclass(frozen=True)
+class FitText:
+    """One statement in its two wordings: ``line`` as ``attnres fit`` prints it, ``sentence`` as the report
+    writes it."""
+
+    line: str
+    sentence: str
+
+
+def number(x: float | None, digits: int = 4) -> str:
+    """A number in a table: ``digits`` significant digits, ``nan`` / ``inf`` as words."""
+    return "nan" if x is None else Estimate(x).text(digits)
+
+
+def interval_name(settings: FitSettings) -> str:
+    """``90% CI``: the name of the intervals in the tables' headers."""
+    return f"{int(round(settings.level * 100))}% CI"
+
+
+def curve_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
+    """One row per fitted curve (in ``order`` when given): status, points, runs, A, alpha (and E for the
+    form with an offset) with their intervals."""
+    pct = interval_name(settings)
+    offset = settings.form == OFFSET_POWER
+    header = ("curve", "status", "points", "runs", f"A [{pct}]", f"alpha [{pct}]") + ((f"E [{pct}]",) if offset else ())
+    rows = []
+    for c in sw.curves if order is None else [sw.curve(label) for label in order]:
+        row: tuple[Cell, ...] = (c.curve, c.fit.status, c.fit.n_points, c.n_runs, c.fit.A.text(), c.fit.alpha.text())
+        if offset:
+            row += (c.fit.E.text() if c.fit.E is not None else "",)
+        rows.append(row)
+    caption = (
+        f"One power law per curve, fitted by Huber regression in log space; {int(round(settings.level * 100))}% "
+        "bootstrap intervals; status `converged`, `hit_bound` (a parameter on its bound) or `not_converged`."
+    )
+    return FitTable(header, tuple(rows), "", caption)
+
+
+def joint_text(joint: JointPowerLawFit) -> FitText:
+    """The joint fit with one shared exponent: its status and the shared parameters."""
+    shared = f"alpha = {joint.alpha.text()}" + (f", E = {joint.E.text()}" if joint.E is not None else "")
+    return FitText(
+        f"joint fit, shared exponent ({joint.status}): {shared}",
+        f"Joint fit with one shared exponent ({joint.status}): {shared}.",
+    )
+
+
+def _ordered(sw: SweepFit, order: Sequence[str] | None) -> list[VariantMultiplier]:
+    return list(sw.multipliers) if order is None else [sw.multiplier(v) for v in order]
+
+
+def multiplier_table(
+    sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None, *, brief: bool = True
+) -> FitTable:
+    """One row per variant: M at its largest budget (the headline) with its interval, the exponent used and
+    the exponent test, the wall-clock multiplier, runs and the fit statuses; ``brief=False`` (the report's)
+    adds M from the shared and from the separate exponents, with largest C and M first."""
+    pct = interval_name(settings)
+    diff, m_head, wall = f"alpha_var - alpha_base [{pct}]", f"M [{pct}]", f"wall-clock M [{pct}]"
+    shared, separate = f"M, shared exponent [{pct}]", f"M, separate exponents [{pct}]"
+    runs, status = "runs (var/base)", "status (base/var/joint)"
+    if brief:
+        header = ("variant", "exponent", diff, "p", "largest C", m_head, wall, runs, status)
+    else:
+        header = ("variant", "largest C", m_head, "exponent", diff, "p", shared, separate, wall, runs, status)
+    rows = []
+    for m in _ordered(sw, order):
+        cells: dict[str, Cell] = {
+            "variant": m.variant,
+            "largest C": number(m.compute, 4),
+            m_head: m.multiplier.text(),
+            "exponent": m.exponent,
+            diff: m.exponent_test.difference.text(3),
+            "p": number(m.exponent_test.p_value, 2),
+            shared: m.multiplier_shared.text() if m.multiplier_shared is not None else "",
+            separate: m.multiplier_unshared.text(),
+            wall: m.wall_clock.text(),
+            runs: f"{m.n_runs_variant}/{m.n_runs_baseline}",
+            status: f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}",
+        }
+        rows.append(tuple(cells[h] for h in header))
+    base = settings.baseline
+    title = f"effective compute multiplier over {base}, M(C) = C_{base}(L_variant(C)) / C:"
+    caption = (
+        "M(C) = C_base(L_variant(C)) / C at each variant's largest budget: the headline uses the shared-exponent "
+        "fit unless the exponent test says the exponents differ; both are shown. Wall-clock M scales M by the "
+        "measured FLOP/s ratio of the variant to the baseline at the same model size."
+    )
+    return FitTable(header, tuple(rows), title, caption)
+
+
+def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
+    """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with their
+    intervals, and the FLOP/s ratio of the variant to the baseline."""
+    pct = interval_name(settings)
+    header = ("variant", "C", "loss", "runs", f"M [{pct}]", f"wall-clock M [{pct}]", "FLOP/s ratio")
+    rows = tuple(
+        (
+            m.variant,
+            number(b.compute, 4),
+            number(b.loss, 5),
+            b.n_runs_variant,
+            b.multiplier.text(),
+            b.wall_clock.text(),
+            number(b.throughput_ratio, 3),
+        )
+        for m in _ordered(sw, order)
+        for b in m.budgets
+    )
+    return FitTable(
+        header,
+        rows,
+        "M at each measured budget (the baseline fit inverted at the variant's measured loss):",
+        "M at each measured budget (the baseline's fit inverted at the variant's measured loss):",
+    )
+
+
+def exponent_texts(sw: SweepFit, order: Sequence[str] | None = None) -> tuple[FitText, ...]:
+    """Per variant, which exponent its headline multiplier uses and why."""
+    return tuple(
+        FitText(
+            f"{m.variant}: {m.exponent} exponent, {m.exponent_reason}",
+            f"`{m.variant}`: {m.exponent} exponent, {m.exponent_reason}",
+        )
+        for m in _ordered(sw, order)
+    )
+
+
+def chinchilla_table(sw: SweepFit, settings: FitSettings) -> FitTable:
+    """One row per curve with a Chinchilla surface: status, points and the five parameters with intervals."""
+    rows = tuple(
+        (lab, f.status, f.n_points, f.E.text(), f.A.text(), f.B.text(), f.alpha.text(), f.beta.text())
+        for lab, f in sw.chinchilla.items()
+    )
+    return FitTable(
+        ("curve", "status", "points", "E", "A", "B", "alpha", "beta"),
+        rows,
+        f"{SURFACE}:",
+        f"{SURFACE} per curve (N non-embedding parameters, D tokens; {int(round(settings.level * 100))}% intervals):",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The text of ``attnres fit``
+# ---------------------------------------------------------------------------------------------------------
+
+
+def format_report(report: FitReport) -> str:
+    """Everything ``attnres fit`` prints before ``wrote fit.json``: the settings, the runs left out, and per
+    sweep its tables, the joint fit, the choice of exponent and the notes."""
+    out = _settings_lines(report)
+    if report.problems:
+        out += ["", "runs left out:", *(f"  {p}" for p in report.problems)]
+    for sw in report.sweeps:
+        out += _sweep_lines(sw, report.settings)
+    return "\n".join(out)
+
+
+def _settings_lines(report: FitReport) -> list[str]:
+    from analysis.sweep_fits import UNIT_NAMES
+
+    s = report.settings
+    form_text = "L = A * C^-alpha" if s.form == POWER else "L = E + A * C^-alpha"
+    select_text = (
+        "mean over seeds at the best LR" if s.select == "mean" else "best run (lowest loss over seeds and LRs)"
+    )
+    return [
+        f"attnres fit {report.results_dir}",
+        f"  inputs sha256 {report.inputs_hash}; {report.n_runs} run(s) read, {len(report.problems)} problem(s)",
+        f"  form {form_text}; compute in {UNIT_NAMES[s.compute_unit]}; points: {select_text}",
+        f"  Huber delta {s.delta:g} on log loss; {s.n_boot} bootstrap resamples (seed {s.seed}); "
+        f"intervals are {interval_name(s)}",
+    ]
+
+
+def _table_lines(table: FitTable) -> list[str]:
+    """A blank line, the table's title (when it has one), the table; indented by two spaces."""
+    return ["", *([f"  {table.title}"] if table.title else []), *(f"  {line}" for line in table.text_lines())]
+
+
+def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
+    out = [
+        "",
+        f"== sweep {sw.sweep}" + (" (IsoFLOP frontier: one compute-optimal point per budget)" if sw.frontier else ""),
+        f"  FLOP convention: {'; '.join(sw.flops_convention) or 'unknown'}",
+    ]
+    if sw.curves:
+        out += _table_lines(curve_table(sw, settings))
+    if sw.joint is not None:
+        out.append(f"  {joint_text(sw.joint).line}")
+    if sw.multipliers:
+        out += _table_lines(multiplier_table(sw, settings))
+        out += _table_lines(budget_table(sw, settings))
+        out += [f"  {text.line}" for text in exponent_texts(sw)]
+    if sw.chinchilla:
+        out += _table_lines(chinchilla_table(sw, settings))
+    if sw.notes:
+        out += ["", "  notes:", *(f"  - {n}" for n in sw.notes)]
+    return out

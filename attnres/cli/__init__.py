@@ -1,0 +1,64 @@
+"""The ``attnres`` command: one entry point, one sub-command per job.
+
+Each part of the suite registers its own sub-commands (a ``register(subparsers)`` function next to the code
+it runs), and heavy imports happen inside the commands, so ``attnres --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from importlib import import_module
+
+# (module, what it adds); a module registers its sub-parsers and sets ``func`` to a callable(args) -> int
+COMMAND_MODULES = [
+    "attnres.cli.train",  # attnres train
+    "sweeps.cli",  # attnres sweep plan|run|status, attnres tune
+    "analysis.cli",  # attnres fit
+    "reports.cli",  # attnres report
+    "attnres.cli.demo",  # attnres demo
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnres",
+        description="Scaling-law suite for Attention Residuals: train baseline / Full / Block AttnRes runs, "
+        "sweep them locally or on SLURM, fit scaling laws and the effective compute multiplier, and report.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:  # a real import error inside the module, not a missing part
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from attnres.config import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as err:
+        print(f"attnres {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`attnres fit ... | head`): stop quietly, as Unix tools do, and keep the
+        # interpreter's final flush of stdout from raising again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

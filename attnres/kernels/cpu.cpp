@@ -1,0 +1,293 @@
+// The two-phase depth attention's token-wise work on CPU, fp32: the deposit of a completed source, phase 1 (forward,
+// and the backward of a block's first query) and the phase-2 merge (forward and backward), one pass over each
+// token's rows. (The deposit's backward stays in torch ops: it is mostly a (tokens, Q) x (Q, D) product, which BLAS
+// does well, and a kernel for it measured no faster.)
+//
+// The math is that of attnres.kernels.two_phase's Deposit, Phase1 and Merge, line for line (see there and
+// docs/method.md). Eager PyTorch runs it as ten or so separate passes over (tokens, D) tensors; here every token's
+// rows are read once and kept in L1 while all of its dot products and outputs are formed. Tokens are split over the
+// threads by at::parallel_for (PyTorch's own pool); a thread's share of du is summed in its own row, so the result
+// does not depend on timing.
+// Built on first use by attnres/kernels/cpu.py (torch.utils.cpp_extension); no build step at install.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+void check(const torch::Tensor& x, const char* name, int64_t dim) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32, name, " must be a CPU float32 tensor");
+  TORCH_CHECK(x.dim() == dim && x.stride(-1) == 1, name, " must have ", dim, " dims, the last contiguous");
+}
+
+constexpr int64_t kGrain = 64;  // tokens per task: 64 rows of D floats per stream
+
+inline float dot(const float* a, const float* b, int64_t d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// dots[j] = <v_j, g> for the k slot rows of token t (slot stride vs), and returns sum_j w_j dots[j] = <out, g>
+inline float slot_dots(const float* V, int64_t vs, const float* W, int64_t ws, int64_t k, int64_t t, int64_t d,
+                       const float* g, float* dots) {
+  float dot_out = 0.f;
+  for (int64_t j = 0; j < k; ++j) {
+    dots[j] = dot(V + j * vs + t * d, g, d);
+    dot_out += W[j * ws + t] * dots[j];
+  }
+  return dot_out;
+}
+
+}  // namespace
+
+// out, last, prev (N, D) (prev may be empty: p = last), u (D), lse (N) -> h, keep, 1/rms(p), logit, p
+std::vector<torch::Tensor> merge_forward(const torch::Tensor& out, const torch::Tensor& prev, const torch::Tensor& last,
+                                         const torch::Tensor& u, const torch::Tensor& lse, double eps) {
+  check(out, "out", 2), check(last, "last", 2), check(u, "u", 1), check(lse, "lse", 1);
+  const bool summed = prev.numel() > 0;
+  if (summed) check(prev, "prev", 2);
+  const int64_t n = out.size(0), d = out.size(1);
+  TORCH_CHECK(out.is_contiguous() && last.is_contiguous() && (!summed || prev.is_contiguous()) && lse.is_contiguous(),
+              "merge_forward: contiguous inputs expected");
+  torch::Tensor p = summed ? torch::empty_like(out) : last;
+  torch::Tensor h = torch::empty_like(out);
+  torch::Tensor keep = torch::empty({n}, out.options()), r = torch::empty({n}, out.options());
+  torch::Tensor logit = torch::empty({n}, out.options());
+  const float *O = out.data_ptr<float>(), *L = last.data_ptr<float>(), *U = u.data_ptr<float>();
+  const float *S = lse.data_ptr<float>(), *Q = summed ? prev.data_ptr<float>() : nullptr;
+  float *P = p.data_ptr<float>(), *H = h.data_ptr<float>();
+  float *K = keep.data_ptr<float>(), *R = r.data_ptr<float>(), *G = logit.data_ptr<float>();
+  const float feps = static_cast<float>(eps);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* lt = L + t * d;
+      float* pt = P + t * d;
+      float squares = 0.f, pu = 0.f;
+      if (summed) {
+        const float* qt = Q + t * d;
+#pragma omp simd reduction(+ : squares, pu)
+        for (int64_t i = 0; i < d; ++i) {
+          const float x = qt[i] + lt[i];
+          pt[i] = x;
+          squares += x * x;
+          pu += x * U[i];
+        }
+      } else {
+#pragma omp simd reduction(+ : squares, pu)
+        for (int64_t i = 0; i < d; ++i) {
+          squares += lt[i] * lt[i];
+          pu += lt[i] * U[i];
+        }
+      }
+      const float rt = 1.f / std::sqrt(squares / static_cast<float>(d) + feps);
+      const float lg = pu * rt;
+      const float kp = 1.f / (1.f + std::exp(lg - S[t]));  // sigmoid(lse - logit)
+      R[t] = rt, G[t] = lg, K[t] = kp;
+      const float* ot = O + t * d;
+      float* ht = H + t * d;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) ht[i] = pt[i] + kp * (ot[i] - pt[i]);
+    }
+  });
+  return {h, keep, r, logit, p};
+}
+
+// dh, p, dp_later (N, D), u (D), weights (k, N), values and value_grad (k, N, D) slot rows, r, logit, keep (N),
+// logit_grad (k, N) rows of this query. Adds keep * weights[j] * dh to value_grad[j] and the softmax's backward to
+// logit_grad; returns dp (N, D) (including dp_later) and du (D).
+std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::Tensor& p,
+                                          const torch::Tensor& dp_later, const torch::Tensor& u,
+                                          const torch::Tensor& weights, const torch::Tensor& values,
+                                          torch::Tensor value_grad, const torch::Tensor& r, const torch::Tensor& logit,
+                                          const torch::Tensor& keep, torch::Tensor logit_grad) {
+  check(dh, "dh", 2), check(p, "p", 2), check(dp_later, "dp_later", 2), check(u, "u", 1);
+  check(weights, "weights", 2), check(values, "values", 3), check(value_grad, "value_grad", 3);
+  check(r, "r", 1), check(logit, "logit", 1), check(keep, "keep", 1), check(logit_grad, "logit_grad", 2);
+  const int64_t n = dh.size(0), d = dh.size(1), k = weights.size(0);
+  TORCH_CHECK(dh.is_contiguous() && p.is_contiguous() && dp_later.is_contiguous(), "merge_backward: contiguous rows");
+  TORCH_CHECK(values.stride(1) == d && value_grad.stride(1) == d && weights.stride(1) == 1 && logit_grad.stride(1) == 1,
+              "merge_backward: slot rows must be contiguous");
+  TORCH_CHECK(k <= 64, "merge_backward: at most 64 slots");
+  torch::Tensor dp = torch::empty_like(dh);
+  const int threads = at::get_num_threads();
+  torch::Tensor du_rows = torch::zeros({threads, d}, dh.options());
+  const float *DH = dh.data_ptr<float>(), *P = p.data_ptr<float>(), *DL = dp_later.data_ptr<float>();
+  const float *U = u.data_ptr<float>(), *W = weights.data_ptr<float>(), *V = values.data_ptr<float>();
+  const float *R = r.data_ptr<float>(), *G = logit.data_ptr<float>(), *K = keep.data_ptr<float>();
+  float *VG = value_grad.data_ptr<float>(), *LG = logit_grad.data_ptr<float>();
+  float *DP = dp.data_ptr<float>(), *DU = du_rows.data_ptr<float>();
+  const int64_t ws = weights.stride(0), vs = values.stride(0), gs = value_grad.stride(0), ls = logit_grad.stride(0);
+  const float inv_d = 1.f / static_cast<float>(d);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    float* du = DU + at::get_thread_num() * d;
+    float dots[64];
+    for (int64_t t = begin; t < end; ++t) {
+      const float *dht = DH + t * d, *pt = P + t * d;
+      const float dhp = dot(dht, pt, d);
+      const float dot_out = slot_dots(V, vs, W, ws, k, t, d, dht, dots);  // <dh, out>
+      const float kp = K[t], rest = 1.f - kp, rt = R[t];
+      const float dscore = (dot_out - dhp) * kp * rest;
+      for (int64_t j = 0; j < k; ++j) {
+        const float wj = W[j * ws + t], coef = kp * wj;
+        LG[j * ls + t] += wj * ((dots[j] - dot_out) * kp + dscore);
+        float* gt = VG + j * gs + t * d;
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) gt[i] += coef * dht[i];
+      }
+      const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
+      const float* lt = DL + t * d;
+      float* dpt = DP + t * d;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) {
+        dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
+        du[i] += a * pt[i];
+      }
+    }
+  });
+  return {dp, du_rows.sum(0)};
+}
+
+// Phase 1 (k >= 2 completed slots, S queries): scores (S, k, N) (any strides), values (k, N, D) slot rows ->
+// lse (S, N), weights (S, k, N) and the S outputs sum_j weights[s, j] v_j (N, D). Each token's k slot rows are read
+// once for all S outputs.
+std::vector<torch::Tensor> phase1_forward(const torch::Tensor& scores, const torch::Tensor& values) {
+  check(values, "values", 3);
+  TORCH_CHECK(scores.device().is_cpu() && scores.scalar_type() == torch::kFloat32 && scores.dim() == 3,
+              "scores must be a (S, k, N) CPU float32 tensor");
+  const int64_t s_n = scores.size(0), k = scores.size(1), n = scores.size(2), d = values.size(2);
+  TORCH_CHECK(values.size(0) >= k && values.size(1) == n && values.stride(1) == d, "values must hold k slot rows");
+  TORCH_CHECK(k <= 64 && s_n <= 64, "phase1_forward: at most 64 slots and 64 queries");
+  torch::Tensor lse = torch::empty({s_n, n}, values.options()), weights = torch::empty({s_n, k, n}, values.options());
+  std::vector<torch::Tensor> outs;
+  std::vector<float*> out_ptrs;
+  for (int64_t q = 0; q < s_n; ++q) {  // one allocation per query: a sublayer's norm keeps its input alive alone
+    outs.push_back(torch::empty({n, d}, values.options()));
+    out_ptrs.push_back(outs.back().data_ptr<float>());
+  }
+  const float* SC = scores.data_ptr<float>();
+  const int64_t ss = scores.stride(0), sk = scores.stride(1), sn = scores.stride(2);
+  const float* V = values.data_ptr<float>();
+  const int64_t vs = values.stride(0);
+  float *LSE = lse.data_ptr<float>(), *W = weights.data_ptr<float>();
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    float w[64];
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t q = 0; q < s_n; ++q) {
+        const float* sc = SC + q * ss + t * sn;
+        float top = sc[0];
+        for (int64_t j = 1; j < k; ++j) top = std::max(top, sc[j * sk]);
+        float total = 0.f;
+        for (int64_t j = 0; j < k; ++j) total += std::exp(sc[j * sk] - top);
+        const float l = top + std::log(total);
+        LSE[q * n + t] = l;
+        for (int64_t j = 0; j < k; ++j) {
+          w[j] = std::exp(sc[j * sk] - l);
+          W[(q * k + j) * n + t] = w[j];
+        }
+        float* ot = out_ptrs[q] + t * d;
+        const float* v0 = V + t * d;
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) ot[i] = w[0] * v0[i];
+        for (int64_t j = 1; j < k; ++j) {
+          const float* vj = V + j * vs + t * d;
+          const float wj = w[j];
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) ot[i] += wj * vj[i];
+        }
+      }
+    }
+  });
+  outs.insert(outs.begin(), weights);
+  outs.insert(outs.begin(), lse);
+  return outs;
+}
+
+// Phase 1's backward for one query whose output got the gradient dout (N, D): adds weights[j] * dout to
+// value_grad[j] (written, not added, where fresh[j]: no reader has written that slot yet) and the softmax's backward
+// to logit_grad (k, N) rows of this query.
+void slot_backward(const torch::Tensor& dout, const torch::Tensor& weights, const torch::Tensor& values,
+                   torch::Tensor value_grad, torch::Tensor logit_grad, const std::vector<bool>& fresh) {
+  check(dout, "dout", 2), check(weights, "weights", 2), check(values, "values", 3);
+  check(value_grad, "value_grad", 3), check(logit_grad, "logit_grad", 2);
+  const int64_t n = dout.size(0), d = dout.size(1), k = weights.size(0);
+  TORCH_CHECK(dout.is_contiguous() && values.stride(1) == d && value_grad.stride(1) == d && weights.stride(1) == 1 &&
+                  logit_grad.stride(1) == 1 && static_cast<int64_t>(fresh.size()) == k && k <= 64,
+              "slot_backward: slot rows must be contiguous");
+  const float *DO = dout.data_ptr<float>(), *W = weights.data_ptr<float>(), *V = values.data_ptr<float>();
+  float *VG = value_grad.data_ptr<float>(), *LG = logit_grad.data_ptr<float>();
+  const int64_t ws = weights.stride(0), vs = values.stride(0), gs = value_grad.stride(0), ls = logit_grad.stride(0);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    float dots[64];
+    for (int64_t t = begin; t < end; ++t) {
+      const float* dt = DO + t * d;
+      const float dot_out = slot_dots(V, vs, W, ws, k, t, d, dt, dots);  // <dout, out>
+      for (int64_t j = 0; j < k; ++j) {
+        const float wj = W[j * ws + t];
+        LG[j * ls + t] += wj * (dots[j] - dot_out);
+        float* gt = VG + j * gs + t * d;
+        if (fresh[j]) {
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) gt[i] = wj * dt[i];
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) gt[i] += wj * dt[i];
+        }
+      }
+    }
+  });
+}
+
+// Deposit: x = prev + last (x = last when prev is empty) into the slot row x (N, D), r = 1/rms(x) (N) and the logits
+// r (x . u_q) of the queries that will read it into logits (Q', N), u (Q', D).
+void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const torch::Tensor& u, torch::Tensor x,
+                     torch::Tensor r, torch::Tensor logits, double eps) {
+  check(last, "last", 2), check(u, "u", 2), check(x, "x", 2), check(r, "r", 1), check(logits, "logits", 2);
+  const bool summed = prev.numel() > 0;
+  if (summed) check(prev, "prev", 2);
+  const int64_t n = last.size(0), d = last.size(1), queries = u.size(0);
+  TORCH_CHECK(last.is_contiguous() && (!summed || prev.is_contiguous()) && x.is_contiguous() && u.is_contiguous() &&
+                  r.is_contiguous() && logits.size(0) == queries && logits.size(1) == n,
+              "deposit_forward: contiguous rows expected");
+  const float *L = last.data_ptr<float>(), *Q = summed ? prev.data_ptr<float>() : nullptr, *U = u.data_ptr<float>();
+  float *X = x.data_ptr<float>(), *R = r.data_ptr<float>(), *Z = logits.data_ptr<float>();
+  const int64_t zs = logits.stride(0);
+  const float feps = static_cast<float>(eps);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* lt = L + t * d;
+      float* xt = X + t * d;
+      float squares = 0.f;
+      if (summed) {
+        const float* qt = Q + t * d;
+#pragma omp simd reduction(+ : squares)
+        for (int64_t i = 0; i < d; ++i) {
+          xt[i] = qt[i] + lt[i];
+          squares += xt[i] * xt[i];
+        }
+      } else {
+#pragma omp simd reduction(+ : squares)
+        for (int64_t i = 0; i < d; ++i) {
+          xt[i] = lt[i];
+          squares += lt[i] * lt[i];
+        }
+      }
+      const float rt = 1.f / std::sqrt(squares / static_cast<float>(d) + feps);
+      R[t] = rt;
+      for (int64_t q = 0; q < queries; ++q) Z[q * zs + t] = rt * dot(xt, U + q * d, d);
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("deposit_forward", &deposit_forward, "deposit a completed source into its slot (CPU, fp32)");
+  m.def("phase1_forward", &phase1_forward, "phase 1, forward (CPU, fp32)");
+  m.def("slot_backward", &slot_backward, "phase 1, backward of one query (CPU, fp32)");
+  m.def("merge_forward", &merge_forward, "phase-2 merge, forward (CPU, fp32)");
+  m.def("merge_backward", &merge_backward, "phase-2 merge, backward (CPU, fp32)");
+}

@@ -1,0 +1,134 @@
+"""Phase 1 and the phase-2 merge of the depth attention as native CPU kernels (``cpu.cpp``), built on use.
+
+On CPU the depth attention is bound by memory traffic: eager PyTorch makes about ten passes over (tokens, D)
+tensors per merge, and inside a training step most of them come from memory, not cache. The kernels read each
+token's rows once. torch.compile's fused kernels (:mod:`attnres.kernels.fused`) do the same math but measured no
+faster on CPU, so CPU training uses these and GPU training those. What they buy is measured by the ``-eager``
+variants of ``benchmarks/bench_step.py`` (docs/performance.md).
+
+It is compiled with ``torch.utils.cpp_extension`` the first time the depth attention runs on CPU in fp32 in a
+process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per machine type and torch version; later processes
+load the build). It needs a C++ compiler and ninja (a dependency of this package). If the build fails, one warning
+says why and the eager code of :mod:`attnres.kernels.two_phase` runs instead, with the same results to rounding.
+``ATTNRES_NATIVE=0`` turns the kernels off. A local sweep builds them up front (:func:`build_for`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from attnres.config import RunConfig
+
+SOURCE = Path(__file__).with_name("cpu.cpp")
+BUILD_LOCK_FILE = "build.flock"  # held (attnres.storage.locks) by the process building or loading the kernels
+enabled = os.environ.get("ATTNRES_NATIVE", "1") != "0"  # tests and benchmarks switch it to compare with eager
+
+
+def usable(*tensors: Tensor | None) -> bool:
+    """Whether work on these tensors runs natively: all CPU fp32 (None is skipped), the kernels on, and built."""
+    cpu_fp32 = all(x is None or (x.device.type == "cpu" and x.dtype == torch.float32) for x in tensors)
+    return enabled and cpu_fp32 and ops() is not None
+
+
+def build_for(runs: Iterable[RunConfig]) -> None:
+    """Build the kernels now if any of ``runs`` will use them (AttnRes on CPU).
+
+    A launcher calls this before it starts its workers, so that a fresh cache's one-time build is announced on
+    its console, rather than in the first workers' logs while the sweep seems to stall.
+    """
+    from attnres.config import ATTNRES
+    from attnres.runtime import uses_gpu
+
+    if enabled and any(cfg.model.residual in ATTNRES and not uses_gpu(cfg.runtime) for cfg in runs):
+        ops()
+
+
+@functools.cache
+def ops() -> ModuleType | None:
+    """The compiled module, or None (after one warning) where it cannot be built."""
+    from torch.utils import cpp_extension
+
+    from attnres.storage import locks
+
+    try:
+        _ninja_on_path()
+        build = build_dir()
+
+        def waiting(who: str) -> None:
+            print(f"attnres: waiting for {who}, which is building the native CPU kernels in {build}", file=sys.stderr)
+
+        # One build at a time, across processes and nodes sharing the cache, under a lock the kernel drops when its
+        # holder dies. torch's own lock file (``lock``) is not: a builder killed mid-build (SIGKILL, pre-emption)
+        # leaves it behind, and torch then waits on it forever in every later process. Holding ours, no live
+        # build owns that file, so it is removed.
+        with locks.exclusive(build / BUILD_LOCK_FILE, wait=waiting):
+            (build / "lock").unlink(missing_ok=True)
+            if not (build / "attnres_depth_native.so").exists():
+                print(
+                    f"attnres: building the native CPU depth-attention kernels in {build} (once, ~20 s)",
+                    file=sys.stderr,
+                )
+            openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []  # Apple's clang has no OpenMP
+            native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+            return cpp_extension.load(
+                name="attnres_depth_native",
+                sources=[str(SOURCE)],
+                build_directory=str(build),
+                extra_cflags=["-O3", *native, *openmp],
+                extra_ldflags=openmp,
+                verbose=False,
+            )
+    except Exception as err:  # no compiler, no ninja, a compile error: say so once, then run eagerly
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        warnings.warn(
+            f"attnres: could not build the native CPU depth-attention kernels ({type(err).__name__}: {first_line}); "
+            "using the eager depth attention instead (same results, slower). Set ATTNRES_NATIVE=0 to skip the attempt.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+
+
+def build_dir() -> Path:
+    """Where this machine's build lives: one folder per torch version and CPU type (``-march=native`` ties a build
+    to its CPU, so a home folder shared by different nodes keeps one each)."""
+    from attnres.data.corpus import cache_dir
+
+    path = cache_dir() / "native" / f"torch-{torch.__version__}-{_cpu_tag()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _ninja_on_path() -> None:
+    """torch's builder runs ``ninja`` from PATH; the pip package's binary is not there unless the venv is active."""
+    if shutil.which("ninja"):
+        return
+    import ninja  # the PyPI package (a dependency); its binary lives in ninja.BIN_DIR
+
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
+def _cpu_tag() -> str:
+    """A short name for this CPU type (its model and instruction-set flags)."""
+    text = platform.machine() + platform.processor()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        text += next((line for line in lines if line.startswith("model name")), "")
+        text += next((line for line in lines if line.startswith("flags")), "")
+    except OSError:
+        pass
+    return hashlib.sha1(text.encode()).hexdigest()[:10]

@@ -1,0 +1,81 @@
+"""Facts about the machine and the code a run records, and process-level settings for CPU training."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import platform
+import subprocess
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnres.config import RuntimeConfig
+
+
+def uses_gpu(runtime: RuntimeConfig) -> bool:
+    """Whether a run with these settings trains on a GPU: ``accelerator=gpu``, or ``auto`` with one visible."""
+    import torch
+
+    return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
+
+
+def pin_malloc() -> None:
+    """Keep freed memory in glibc's heap instead of returning it to the OS after every step.
+
+    With glibc's adaptive thresholds, the per-step activations of a CPU run are sometimes unmapped and
+    faulted back in at every step (tens of thousands of page faults), which costs a few percent of step time
+    and swamps side-by-side comparisons. The PyTorch CPU tuning guide recommends jemalloc/tcmalloc for the
+    same reason; this is the no-dependency equivalent. No-op outside glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 32 << 20)  # the largest value glibc accepts on 64-bit
+    libc.mallopt(m_trim_threshold, (1 << 31) - 1)
+
+
+@cache
+def git_sha() -> str | None:
+    """The commit of the checkout this package runs from, if it is one (with '+dirty' for local edits)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@cache
+def versions() -> str:
+    import lightning
+    import torch
+
+    import attnres
+
+    return json.dumps(
+        {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "lightning": lightning.__version__,
+            "attnres": attnres.__version__,
+        },
+        sort_keys=True,
+    )
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,193 @@
+"""The thin LightningModule around :class:`AttnResLM`: loss, optimizer, schedule, data, diagnostics.
+
+Parquet logging lives in :mod:`attnres.training.run_log` (a Callback); run orchestration (folders, resume, status) in
+:mod:`attnres.training.run`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
+from torch.utils.data import DataLoader, TensorDataset
+
+from attnres.config import RunConfig
+from attnres.data.corpus import Corpus, TrainBatches, val_windows
+from attnres.mixers import Recorder
+from attnres.model import AttnResLM
+
+DIAGNOSTIC_WINDOWS = 8  # validation windows the per-layer diagnostics are measured on
+
+
+def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> LRScheduler:
+    """Linear warm-up, then cosine decay to ``min_lr_ratio * lr`` (the paper's), or warm-up, stable, linear decay (WSD).
+
+    The learning rate of step k (0-based) is ``lr * (k + 1) / W`` during the W warm-up steps and reaches the
+    floor at the last step.
+    """
+    t = cfg.train
+    warmup = min(steps - 1, round(t.warmup_frac * steps))
+    rest = steps - warmup
+    phases: list[tuple[LRScheduler, int]] = []
+    if warmup > 0:
+        phases.append(
+            (LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0, total_iters=max(1, warmup - 1)), warmup)
+        )
+    if t.schedule == "cosine":
+        phases.append((CosineAnnealingLR(opt, T_max=max(1, rest - 1), eta_min=t.min_lr_ratio * t.lr), rest))
+    else:
+        decay = min(rest, max(1, round(t.wsd_decay_frac * steps)))
+        if rest > decay:
+            phases.append((ConstantLR(opt, factor=1.0, total_iters=rest - decay), rest - decay))
+        phases.append(
+            (LinearLR(opt, start_factor=1.0, end_factor=t.min_lr_ratio, total_iters=max(1, decay - 1)), decay)
+        )
+    if len(phases) == 1:
+        return phases[0][0]
+    milestones = np.cumsum([length for _, length in phases[:-1]]).tolist()
+    return SequentialLR(opt, [s for s, _ in phases], milestones=milestones)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay linear weights only: never norms, gains, pseudo-queries or embeddings."""
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    params = list(dict.fromkeys(model.parameters()))  # a tied weight once
+    return [
+        {"params": [p for p in params if id(p) in decay], "weight_decay": weight_decay},
+        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+    ]
+
+
+class LitLM(L.LightningModule):
+    def __init__(self, cfg: RunConfig, corpus: Corpus, steps: int) -> None:
+        super().__init__()
+        self.cfg, self.corpus, self.steps = cfg, corpus, steps
+        with torch.random.fork_rng():  # the initialisation is a function of the seed alone
+            torch.manual_seed(cfg.train.seed)
+            self.model = AttnResLM(cfg.model)
+        self.diverged: str | None = None
+        self.grad_norm = math.nan
+        self.param_grad_norms: dict[str, float] = {}  # per sublayer / block, at evaluation steps
+        self._val_sum = self._val_count = None
+        self._last_time: float | None = None
+
+    # ------------------------------------------------------------------------------------------ data
+    def train_dataloader(self) -> TrainBatches:
+        # Batches are a function of the global step, so a resumed run continues at exactly its step.
+        batches = TrainBatches(
+            self.corpus.train,
+            self.cfg.train.batch_size,
+            self.cfg.model.seq_len,
+            self.cfg.train.seed,
+            self.steps,
+            rank=self.global_rank,
+            world=self.trainer.world_size,
+        )
+        batches.step = self.trainer.global_step
+        return batches
+
+    def val_windows(self) -> np.ndarray:
+        return val_windows(self.corpus.val, self.cfg.model.seq_len, self.cfg.train.eval_tokens)
+
+    def val_dataloader(self) -> DataLoader:
+        per_device = max(1, self.cfg.train.batch_size // self.trainer.world_size)
+        return DataLoader(TensorDataset(torch.from_numpy(self.val_windows())), batch_size=per_device)
+
+    # -------------------------------------------------------------------------------------- training
+    def loss(self, batch: Tensor, reduction: str = "mean") -> Tensor:
+        logits = self.model(batch[:, :-1])
+        return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction=reduction)
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor | None:
+        loss = self.loss(batch)
+        finite = self.trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss)), all=True)
+        if not finite:  # stop before the optimizer step, keeping the last finite weights
+            self.diverged = f"non-finite training loss at step {self.global_step + 1}"
+            self.trainer.should_stop = True
+            return None
+        now = time.perf_counter()
+        if self._last_time is not None:
+            self.log(
+                "tok_s",
+                batch.shape[0] * (batch.shape[1] - 1) * self.trainer.world_size / (now - self._last_time),
+                prog_bar=True,
+            )
+        self._last_time = now
+        self.log("loss", loss, prog_bar=True)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
+        self.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))  # the norm before clipping
+        if self._next_step_is_eval():
+            self.param_grad_norms = self._param_grad_norms()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        # Lightning validates every eval_interval steps; make sure the last step is evaluated too.
+        if self.global_step >= self.steps:
+            self.trainer.should_stop = True
+
+    def _next_step_is_eval(self) -> bool:
+        step = self.global_step + 1
+        return step % self.cfg.train.eval_interval == 0 or step >= self.steps
+
+    @torch.no_grad()
+    def _param_grad_norms(self) -> dict[str, float]:
+        """L2 norm of the parameter gradients of every sublayer and every transformer block."""
+        norms = {}
+        for i, block in enumerate(self.model.blocks):
+            squares = []
+            for kind, sub in (("attn", block.attn), ("mlp", block.mlp)):
+                sq = sum(float(p.grad.float().square().sum()) for p in sub.parameters() if p.grad is not None)
+                norms[f"{kind}{i}"] = math.sqrt(sq)
+                squares.append(sq)
+            norms[f"block{i}"] = math.sqrt(sum(squares))
+        return norms
+
+    # ------------------------------------------------------------------------------------ validation
+    def on_validation_epoch_start(self) -> None:
+        self._val_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._val_count = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: list[Tensor], batch_idx: int) -> None:
+        (windows,) = batch
+        self._val_sum += self.loss(windows, reduction="sum").double()
+        self._val_count += windows[:, 1:].numel()
+
+    def on_validation_epoch_end(self) -> None:
+        total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
+        count = self.trainer.strategy.reduce(self._val_count, reduce_op="sum")
+        self.val_loss = float(total / count)
+        self.log("val_loss", self.val_loss, prog_bar=True, sync_dist=False)
+
+    @torch.no_grad()
+    def diagnose(self) -> Recorder:
+        """Per-sublayer magnitudes and depth-attention weights on a fixed slice of the validation set."""
+        windows = torch.from_numpy(self.val_windows()[:DIAGNOSTIC_WINDOWS]).to(self.device)
+        recorder = Recorder()
+        # uncompiled (runtime.compile wraps the baseline whole): the recorder's .item() calls would break the graph
+        model = getattr(self.model, "_orig_mod", self.model)
+        was_training = model.training
+        model.eval()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.trainer.precision == "bf16-mixed"):
+            model(windows[:, :-1], recorder=recorder)
+        model.train(was_training)
+        return recorder
+
+    # ------------------------------------------------------------------------------------- optimizer
+    def configure_optimizers(self) -> dict:
+        t = self.cfg.train
+        opt = torch.optim.AdamW(
+            parameter_groups(self.model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps
+        )
+        return {
+            "optimizer": opt,
+            "lr_scheduler": {"scheduler": build_scheduler(opt, self.cfg, self.steps), "interval": "step"},
+        }

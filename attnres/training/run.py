@@ -1,0 +1,240 @@
+"""One training run into one run folder: validate, lock, resume or skip, train, record the status.
+
+``train(cfg, run_dir)`` is what ``attnres train`` and every sweep launcher call. It is safe to call again on
+the same folder at any time: a finished run is not trained again, an interrupted one resumes from its last
+checkpoint (same data order, same result), and a run being trained by another process is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnres.config import ConfigError, RunConfig, dump_yaml, from_dict, load_yaml
+from attnres.costs import Budget, run_budget
+from attnres.data.corpus import Corpus, check_run_data, load_corpus
+from attnres.storage import locks, schema
+
+
+class RunBusy(RuntimeError):
+    """Another process holds this run folder's lock (it is training the run right now)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    status: str  # done | diverged | failed | running (interrupted) | busy
+    step: int
+    val_loss: float | None
+    trained: bool  # False when the run was already finished or busy
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """An exclusive, non-blocking lock on the run folder (:mod:`attnres.storage.locks`); raises :class:`RunBusy`."""
+    path = run_dir / locks.TRAIN_LOCK_FILE
+    with locks.exclusive(path) as ours:
+        if not ours:
+            raise RunBusy(f"{run_dir} is being trained by another process ({locks.holder(path)})")
+        yield
+
+
+def check_same_run(cfg: RunConfig, run_dir: Path) -> None:
+    """A run folder belongs to one run: refuse to resume it with a different model, data or recipe."""
+    path = run_dir / schema.CONFIG_FILE
+    if not path.exists():
+        return
+    try:
+        previous = from_dict(RunConfig, load_yaml(path))
+    except ConfigError as err:
+        raise ConfigError(
+            f"{path} cannot be read as a run config ({err}); move the folder away or pick another"
+        ) from None
+    if previous.identity != cfg.identity:
+        changed = sorted(
+            f"{section}.{k}"
+            for section in cfg.identity
+            for k in cfg.identity[section]
+            if cfg.identity[section][k] != previous.identity[section].get(k)
+        )
+        raise ConfigError(
+            f"{run_dir} holds a different run ({', '.join(changed)} differ); "
+            "train into a new folder (or delete that one to start over)"
+        )
+
+
+def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
+    """Everything that can fail before compute: the corpus, the split, the budget."""
+    corpus = load_corpus(cfg.data)
+    check_run_data(cfg, corpus)
+    return corpus, run_budget(cfg)
+
+
+def latest_checkpoint(run_dir: Path) -> str | None:
+    """The newest resumable checkpoint: Lightning's last.ckpt or a SLURM pre-emption (hpc) checkpoint."""
+    folder = run_dir / schema.CHECKPOINT_DIR
+    candidates = [p for p in folder.glob("*.ckpt") if p.name == "last.ckpt" or p.name.startswith("hpc_ckpt")]
+    return str(max(candidates, key=lambda p: p.stat().st_mtime)) if candidates else None
+
+
+SRUN_HINT = ".*The `srun` command is available on your system but is not used.*"
+
+
+def _quiet_lightning(cfg: RunConfig | None = None) -> None:
+    # Lightning's srun hint helps one user: a multi-device run started inside a SLURM allocation without srun
+    # (it would hang at the rendezvous). Anywhere else (a login node, a laptop with SLURM installed) it is noise,
+    # and Lightning says it twice; so it is said once, and only there.
+    multi = cfg is not None and cfg.runtime.devices * cfg.runtime.num_nodes > 1
+    warnings.filterwarnings("once" if multi and "SLURM_JOB_ID" in os.environ else "ignore", message=SRUN_HINT)
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+    warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
+    warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")  # a diverged step
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")  # resuming
+    # DDP: val_loss is already summed over the ranks (LitLM.on_validation_epoch_end), so sync_dist would add nothing
+    warnings.filterwarnings("ignore", message=".*self.log\\('val_loss', \\.\\.\\., sync_dist=True\\).*")
+
+
+def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
+    """Where a run lives in a results tree: ``RESULTS/<sweep>/<run_id>``."""
+    return Path(results) / cfg.sweep / cfg.run_id
+
+
+def train(
+    cfg: RunConfig, run_dir: str | Path, progress: bool | None = None, callbacks: Sequence[Any] = ()
+) -> RunResult:
+    """Train ``cfg`` into ``run_dir`` (resuming or skipping as needed) and return its final status.
+
+    ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
+    """
+    run_dir = Path(run_dir)
+    check_same_run(cfg, run_dir)
+    previous = schema.read_run_row(run_dir)
+    if previous and previous["status"] == "done":
+        locks.announce(run_dir, "done")  # for a rank > 0 that read the row a moment before the run finished
+        return RunResult(run_dir, "done", previous["step"], previous["val_loss"], trained=False)
+    corpus, budget = prepare(cfg)
+
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank != 0:  # DDP ranks > 0: no folder bookkeeping; train if (and only if) rank 0 does
+        world = cfg.runtime.devices * cfg.runtime.num_nodes
+        decided = locks.await_rank_zero(run_dir) if world > 1 else "train"
+        if decided != "train":
+            row = schema.read_run_row(run_dir) or {}
+            return RunResult(run_dir, decided, row.get("step", 0), row.get("val_loss"), trained=False)
+        return _fit(cfg, run_dir, corpus, budget, False, callbacks)
+    try:
+        with run_lock(run_dir):
+            finished = schema.read_run_row(run_dir)  # it may have finished while we waited for nothing but the lock
+            if finished and finished["status"] == "done":
+                locks.announce(run_dir, "done")
+                return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
+            schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
+            locks.announce(run_dir, "train")
+            return _fit(cfg, run_dir, corpus, budget, progress, callbacks)
+    except RunBusy:
+        locks.announce(run_dir, "busy")
+        return RunResult(run_dir, "busy", previous["step"] if previous else 0, None, trained=False)
+
+
+def _fit(
+    cfg: RunConfig, run_dir: Path, corpus: Corpus, budget: Budget, progress: bool | None, callbacks: Sequence[Any]
+) -> RunResult:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from attnres.model import compile_model
+    from attnres.runtime import pin_malloc, uses_gpu
+    from attnres.training.module import LitLM
+    from attnres.training.run_log import RunLogger, RunRow
+
+    _quiet_lightning(cfg)
+    rt = cfg.runtime
+    gpu = uses_gpu(rt)
+    precision = rt.precision if rt.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    if not gpu:
+        pin_malloc()
+    if rt.threads:
+        torch.set_num_threads(rt.threads)
+    world = rt.devices * rt.num_nodes
+    if cfg.train.batch_size % world:
+        raise ConfigError(f"train.batch_size={cfg.train.batch_size} is not divisible by devices x num_nodes = {world}")
+
+    lit = LitLM(cfg, corpus, budget.steps)
+    if rt.compile:
+        lit.model = compile_model(lit.model, fuse_depth=gpu)
+    device = torch.cuda.get_device_name() if gpu else "cpu"
+    run_row = RunRow(cfg, budget, device=device, precision=precision)
+    logger = RunLogger(run_dir, run_row)
+    # One checkpoint, last.ckpt, rewritten (atomically, by Lightning) after every evaluation.
+    checkpoints = ModelCheckpoint(
+        dirpath=run_dir / schema.CHECKPOINT_DIR,
+        filename="last",
+        monitor=None,
+        save_top_k=1,
+        save_on_train_epoch_end=False,
+        enable_version_counter=False,
+    )
+    trainer = L.Trainer(
+        accelerator="gpu" if gpu else "cpu",
+        devices=rt.devices,
+        num_nodes=rt.num_nodes,
+        strategy="ddp" if world > 1 else "auto",
+        precision=precision,
+        max_steps=budget.steps,
+        max_epochs=1,  # the training stream is one pass of exactly max_steps batches
+        val_check_interval=min(cfg.train.eval_interval, budget.steps),
+        check_val_every_n_epoch=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        callbacks=[logger, *callbacks, checkpoints],
+        enable_progress_bar=rt.progress_bar if progress is None else progress,
+        enable_model_summary=False,
+        default_root_dir=run_dir / schema.CHECKPOINT_DIR,
+    )
+    if trainer.is_global_zero and not (run_dir / schema.RUN_FILE).exists():
+        run_row.write(run_dir, status="running")
+    try:
+        try:
+            trainer.fit(lit, ckpt_path=latest_checkpoint(run_dir))
+        except BaseException as err:
+            if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
+                logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
+            elif trainer.interrupted and trainer.is_global_zero:  # Lightning turns Ctrl-C into a silent exit(1)
+                print(
+                    f"{cfg.run_id}: interrupted at step {trainer.global_step}; the same command resumes it",
+                    file=sys.stderr,
+                )
+            raise
+        if lit.diverged:
+            status = "diverged"
+        elif trainer.global_step >= budget.steps:
+            status = "done"
+        else:
+            status = "running"  # stopped early by a signal (e.g. SLURM pre-emption): resumable
+        logger.flush(trainer, status=status, error=lit.diverged)
+    finally:
+        _end_process_group()
+    return RunResult(run_dir, status, trainer.global_step, logger.last["val_loss"], trained=True)
+
+
+def _end_process_group() -> None:
+    """DDP: end the process group now. Lightning leaves it to interpreter exit, and gloo's threads then still run
+    while the interpreter tears down, which can abort a process whose run finished (-6, "terminate called without
+    an active exception"; seen once in a rank > 0 of the DDP test)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

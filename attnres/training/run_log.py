@@ -1,0 +1,277 @@
+"""Writing a run folder's parquet files (the contract of :mod:`attnres.storage.schema`) from a Lightning Callback.
+
+Rows are kept in memory and every file is rewritten atomically at each evaluation and at the end (they are
+small). On resume, rows from steps after the restored checkpoint are dropped, because those steps are
+trained again; a failure before training starts leaves the rows of earlier attempts as they are. Rows are
+unique per (step, split) / (step, layer, kind) / (step, query, source), the latest kept. Only global rank 0
+writes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pyarrow as pa
+
+from attnres.config import RunConfig
+from attnres.costs import FLOPS_CONVENTION, Budget
+from attnres.runtime import git_sha, now_iso, versions
+from attnres.storage import schema
+
+LN2 = math.log(2.0)
+BYTES_PER_TOKEN = 1.0  # byte-level tokens
+
+
+def bits_per_byte(loss_nats: float) -> float:
+    return loss_nats / LN2 / BYTES_PER_TOKEN
+
+
+@dataclass
+class RunRow:
+    """The one row of run.parquet: static identity and budget, plus what changes as the run goes."""
+
+    cfg: RunConfig
+    budget: Budget
+    device: str = "cpu"
+    precision: str = "32-true"
+
+    def row(self, **state: Any) -> dict[str, Any]:
+        m = self.cfg.model
+        row = {
+            "schema_version": schema.SCHEMA_VERSION,
+            "run_id": self.cfg.run_id,
+            "sweep": self.cfg.sweep,
+            "variant": m.variant,
+            "n_blocks": m.effective_n_blocks,
+            "block_size": m.block_size,
+            "n_layer": m.n_layer,
+            "d_model": m.d_model,
+            "n_head": m.n_head,
+            "seq_len": m.seq_len,
+            "vocab_size": m.vocab_size,
+            "params": self.budget.params,
+            "params_total": self.budget.params_total,
+            "tokens": self.budget.tokens,
+            "flops": self.budget.flops,
+            "flops_per_token": self.budget.flops_per_token,
+            "flops_convention": FLOPS_CONVENTION,
+            "lr": self.cfg.train.lr,
+            "batch_tokens": self.budget.batch_tokens,
+            "seed": self.cfg.train.seed,
+            "max_steps": self.budget.steps,
+            "device": self.device,
+            "precision": self.precision,
+            "git_sha": git_sha(),
+            "versions": versions(),
+            "updated_at": now_iso(),
+            "status": "running",
+            "step": 0,
+            "tokens_seen": 0,
+        }
+        row.update(state)
+        row["tokens_seen"] = row["step"] * self.budget.batch_tokens
+        return row
+
+    def write(self, run_dir: Path, **state: Any) -> dict[str, Any]:
+        row = self.row(**state)
+        schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([row], schema.RUN_SCHEMA))
+        return row
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    try:
+        return schema.read_table(path).to_pylist()
+    except (schema.SchemaError, pa.ArrowException, OSError):
+        return []  # written by another version or unreadable: start the log afresh
+
+
+class RunLogger(L.Callback):
+    """Collects metrics, per-layer diagnostics and depth-attention weights; writes the parquet files."""
+
+    def __init__(self, run_dir: Path, run_row: RunRow) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_row = run_row
+        self.cfg = run_row.cfg
+        self.metrics: list[dict] = []
+        self.layers: list[dict] = []
+        self.depth: list[dict] = []
+        self.train_s = 0.0  # seconds in training steps, summed over attempts (checkpointed)
+        self.eval_s = 0.0
+        self._batch_t0 = self._eval_t0 = 0.0
+        self._last_train_row = (0, 0.0)  # (step, train_s) of the previous train row
+        self.last = {"train_loss": None, "val_loss": None, "val_bpb": None}
+        self._restored_step: int | None = None  # the step of the checkpoint Lightning restored, once it has
+        self._reloaded = False  # whether the rows of earlier attempts are in memory
+
+    # ---- checkpointed state: time spent so far
+    def state_dict(self) -> dict[str, Any]:
+        return {"train_s": self.train_s, "eval_s": self.eval_s}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.train_s, self.eval_s = state["train_s"], state["eval_s"]
+
+    @property
+    def wall_s(self) -> float:
+        return self.train_s + self.eval_s
+
+    def _at(self, step: int) -> dict[str, Any]:
+        tokens = step * self.run_row.budget.batch_tokens
+        return {"step": step, "tokens": tokens}
+
+    def _reload(self, step: int | None) -> None:
+        """Take back the rows written by earlier attempts up to ``step`` (the restored checkpoint's; None: all)."""
+        self._reloaded = True
+        keep = lambda rows: [r for r in rows if step is None or r["step"] <= step]  # noqa: E731
+        self.metrics = keep(read_rows(self.run_dir / schema.METRICS_FILE))
+        self.layers = keep(read_rows(self.run_dir / schema.LAYERS_FILE))
+        self.depth = keep(read_rows(self.run_dir / schema.DEPTH_ATTN_FILE))
+        self._last_train_row = (step or 0, self.train_s)
+        latest = lambda split: next((r for r in reversed(self.metrics) if r["split"] == split), {})  # noqa: E731
+        train_row, val_row = latest("train"), latest("val")
+        self.last = {
+            "train_loss": train_row.get("loss"),
+            "val_loss": val_row.get("loss"),
+            "val_bpb": val_row.get("bpb"),
+        }
+
+    # ---- hooks
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        self._restored_step = checkpoint["global_step"]  # trainer.global_step still reads 0 until training starts
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._reload(trainer.global_step)  # after any checkpoint restore
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._batch_t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.train_s += time.perf_counter() - self._batch_t0
+        step = trainer.global_step
+        if outputs is None or not (step % self.cfg.train.log_interval == 0 or step >= pl_module.steps):
+            return
+        loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)
+        prev_step, prev_s = self._last_train_row
+        elapsed = self.train_s - prev_s
+        rate = (step - prev_step) * self.run_row.budget.batch_tokens / elapsed if elapsed > 0 else None
+        self._last_train_row = (step, self.train_s)
+        self.last["train_loss"] = loss
+        self.metrics.append(
+            {
+                **self._at(step),
+                "split": "train",
+                "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
+                "loss": loss,
+                "bpb": bits_per_byte(loss),
+                "lr": trainer.optimizers[0].param_groups[0]["lr"],
+                "grad_norm": pl_module.grad_norm,
+                "tokens_per_s": rate,
+                "wall_s": self.wall_s,
+            }
+        )
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._eval_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        self.eval_s += time.perf_counter() - self._eval_t0
+        if trainer.sanity_checking:
+            return
+        step = trainer.global_step
+        loss = pl_module.val_loss
+        self.last.update(val_loss=loss, val_bpb=bits_per_byte(loss))
+        self.metrics.append(
+            {
+                **self._at(step),
+                "split": "val",
+                "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
+                "loss": loss,
+                "bpb": bits_per_byte(loss),
+                "lr": None,
+                "grad_norm": None,
+                "tokens_per_s": None,
+                "wall_s": self.wall_s,
+            }
+        )
+        if trainer.is_global_zero:
+            self._diagnostics(step, pl_module)
+            self.flush(trainer, status="running")
+
+    def _diagnostics(self, step: int, pl_module) -> None:
+        rec = pl_module.diagnose()
+        grads = pl_module.param_grad_norms
+        at = self._at(step)
+        n_layer = self.cfg.model.n_layer
+        for i in range(n_layer):
+            for j, kind in enumerate(("attn", "mlp")):
+                sub = 2 * i + j
+                self.layers.append(
+                    {
+                        **at,
+                        "layer": i,
+                        "sublayer": sub,
+                        "kind": kind,
+                        "input_rms": rec.input_rms[sub],
+                        "output_rms": rec.output_rms[sub],
+                        "grad_norm": grads.get(f"{kind}{i}"),
+                    }
+                )
+            handed_on = rec.input_rms[2 * i + 2] if i + 1 < n_layer else rec.final_rms
+            self.layers.append(
+                {
+                    **at,
+                    "layer": i,
+                    "sublayer": None,
+                    "kind": "block",
+                    "input_rms": rec.input_rms[2 * i],
+                    "output_rms": handed_on,
+                    "grad_norm": grads.get(f"block{i}"),
+                }
+            )
+        L_ = self.cfg.model.n_sublayers
+        for query, weights in rec.depth_weights.items():
+            kind = "final" if query == L_ else ("attn", "mlp")[query % 2]
+            kinds = rec.source_kinds[query]
+            for source, (w, source_kind) in enumerate(zip(weights.tolist(), kinds)):
+                self.depth.append(
+                    {**at, "query": query, "kind": kind, "source": source, "source_kind": source_kind, "weight": w}
+                )
+
+    def flush(self, trainer: L.Trainer, status: str, error: str | None = None) -> None:
+        """Rewrite every file of the run folder from the rows in memory (atomically, file by file)."""
+        if not trainer.is_global_zero:
+            return
+        if not self._reloaded:
+            # Training never started: it failed while being set up (the files keep every row up to the checkpoint,
+            # or all of them when the checkpoint was not read yet), or Lightning skipped it because the checkpoint
+            # is at max_steps (a kill after the last checkpoint, before the final write).
+            self._reload(self._restored_step)
+        uniq = lambda rows, key: list({tuple(r[k] for k in key): r for r in rows}.values())  # noqa: E731
+        self.metrics = sorted(uniq(self.metrics, ("step", "split")), key=lambda r: (r["step"], r["split"]))
+        self.layers = uniq(self.layers, ("step", "layer", "kind"))
+        self.depth = uniq(self.depth, ("step", "query", "source"))
+        schema.write_table(self.run_dir / schema.METRICS_FILE, schema.to_table(self.metrics, schema.METRICS_SCHEMA))
+        schema.write_table(self.run_dir / schema.LAYERS_FILE, schema.to_table(self.layers, schema.LAYERS_SCHEMA))
+        if self.cfg.model.residual != "baseline":
+            schema.write_table(
+                self.run_dir / schema.DEPTH_ATTN_FILE, schema.to_table(self.depth, schema.DEPTH_ATTN_SCHEMA)
+            )
+        # a failure in set-up: the step the earlier attempts' logs (and so the checkpoint) reached
+        step = max([trainer.global_step, *(r["step"] for r in self.metrics[-1:])])
+        self.run_row.write(
+            self.run_dir,
+            status=status,
+            step=step,
+            val_loss=self.last["val_loss"],
+            val_bpb=self.last["val_bpb"],
+            train_loss=self.last["train_loss"],
+            tokens_per_s=step * self.run_row.budget.batch_tokens / self.train_s if self.train_s > 0 else None,
+            wall_s=self.wall_s,
+            error=error,
+        )

@@ -1,0 +1,379 @@
+"""The local launcher: a few worker processes train the runs of a sweep one after another, with one progress bar.
+
+Each worker is a separate process (multiprocessing, spawn) that imports torch once and trains the runs the
+launcher hands it, with ``runtime.threads = cores // workers`` so the workers do not oversubscribe the CPU.
+A run's output goes to ``RUN_DIR/train.log``. Workers die with the launcher (``PR_SET_PDEATHSIG``), so
+killing the launcher never leaves an orphan training in the background; the killed run resumes from its
+last checkpoint on the next ``sweep run``.
+
+A run another process is training (its claim is held, see :mod:`sweeps.claim`) is set aside and tried
+again when it is released: if the other process finished it, it is skipped; if it died, it is resumed. So two
+launchers on the same grid and results directory finish everything between them and never train a run twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from attnres.config import RunConfig, RuntimeConfig, from_dict, to_dict
+from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
+
+LOG_FILE = "train.log"
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def with_runtime(cfg: RunConfig, **runtime: object) -> RunConfig:
+    """``cfg`` with runtime settings replaced (the runtime is not part of the run id)."""
+    return dataclasses.replace(cfg, runtime=from_dict(RuntimeConfig, {**to_dict(cfg.runtime), **runtime}))
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """What a launcher pass did: counts and every run's outcome (in grid order)."""
+
+    sweep: str
+    results: str
+    runs: tuple[RunOutcome, ...]
+    skipped_done: int = 0  # finished (done or diverged) before this pass started
+    interrupted: bool = False  # the launcher was stopped (Ctrl-C) before the end
+    submitted: tuple[str, ...] = field(default_factory=tuple)  # SLURM job ids (SLURM launcher)
+
+    @property
+    def total(self) -> int:
+        return len(self.runs)
+
+    @property
+    def trained(self) -> int:
+        return sum(r.trained for r in self.runs)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.runs)
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def diverged(self) -> int:
+        return self.count("diverged")
+
+    @property
+    def done(self) -> int:
+        return self.count("done")
+
+    @property
+    def unfinished(self) -> int:
+        """Runs neither done, diverged nor failed (interrupted, busy elsewhere, not started)."""
+        return sum(r.status not in ("done", "diverged", "failed") for r in self.runs)
+
+    @property
+    def statuses(self) -> dict[str, str]:
+        return {r.run_id: r.status for r in self.runs}
+
+    @property
+    def ok(self) -> bool:
+        """Every run finished (done, or diverged: a legitimate, final outcome) and none failed."""
+        return self.failed == 0 and self.unfinished == 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "trained": self.trained,
+            "skipped_done": self.skipped_done,
+            "done": self.done,
+            "failed": self.failed,
+            "diverged": self.diverged,
+            "unfinished": self.unfinished,
+        }
+
+    def line(self) -> str:
+        if self.total and self.trained == 0 and self.skipped_done == self.total:
+            return (
+                f"nothing to train: all {self.total} runs of sweep {self.sweep} are already finished ({self.results})"
+            )
+        parts = [f"{self.trained} trained", f"{self.skipped_done} already done (skipped)", f"{self.done} done"]
+        parts += [
+            f"{n} {s}"
+            for s, n in (("failed", self.failed), ("diverged", self.diverged), ("unfinished", self.unfinished))
+            if n
+        ]
+        return f"sweep {self.sweep}: {self.total} runs: " + ", ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# worker process
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the launcher dies (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+
+
+def _worker(conn: Connection, parent: int) -> None:
+    _die_with_parent()
+    if os.getppid() != parent:  # the launcher died before we could ask
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        index, cfg, run_dir = task
+        outcome = train_claimed(cfg, run_dir, log_file=Path(run_dir) / LOG_FILE)
+        conn.send((index, outcome))
+
+
+@dataclass
+class _Worker:
+    process: mp.process.BaseProcess
+    conn: Connection
+    task: int | None = None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the launcher
+# ------------------------------------------------------------------------------------------------------------
+
+
+def run_local(
+    runs: list[RunConfig],
+    results: str | Path,
+    workers: int = 1,
+    threads: int | None = None,
+    progress: bool = True,
+    poll_s: float = 1.0,
+    log: Callable[[str], None] = print,
+    sweep: str | None = None,
+) -> SweepSummary:
+    """Train every run that is not finished, with ``workers`` processes; return what happened.
+
+    ``threads``: torch threads per worker (default: cores // workers). Runs that are done or diverged are
+    skipped; interrupted ones resume from their checkpoint; failed ones are tried again.
+    """
+    from attnres.kernels import cpu as cpu_kernels
+    from attnres.training.run import run_dir_for
+
+    results = Path(results)
+    sweep = sweep or (runs[0].sweep if runs else "sweep")
+    workers = max(1, int(workers))
+    threads = threads or max(1, available_cores() // workers)
+    dirs = [run_dir_for(cfg, results) for cfg in runs]
+    outcomes: dict[int, RunOutcome] = {}
+    pending: deque[int] = deque()
+    for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
+        row = read_status(run_dir)
+        if row and row["status"] in FINAL:
+            outcomes[i] = _finished(cfg, run_dir, row, error=row.get("error"))
+        else:
+            pending.append(i)
+    skipped = len(outcomes)
+    interrupted = False
+    if pending:
+        runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
+        cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
+        launcher = _Launcher(runs, dirs, outcomes, pending, _progress(len(runs), skipped, sweep, progress), log, poll_s)
+        interrupted = launcher.run(workers)
+    for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
+        if i not in outcomes:
+            row = read_status(run_dir) or {}
+            outcomes[i] = RunOutcome(
+                cfg.run_id, str(run_dir), "running" if row else "queued", False, row.get("step", 0), row.get("val_loss")
+            )
+    return SweepSummary(
+        sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped, interrupted=interrupted
+    )
+
+
+def _finished(cfg: RunConfig, run_dir: Path, row: dict, error: str | None = None) -> RunOutcome:
+    """The outcome of a run found finished (by this pass or another launcher), read from its run.parquet row."""
+    return RunOutcome(cfg.run_id, str(run_dir), row["status"], False, row["step"], row["val_loss"], error)
+
+
+class _Launcher:
+    """The worker pool of one ``run_local`` pass: hands out runs, collects outcomes, replaces dead workers."""
+
+    def __init__(self, runs, dirs, outcomes, pending, bar, log, poll_s) -> None:
+        self.runs, self.dirs, self.outcomes, self.pending = runs, dirs, outcomes, pending
+        self.bar, self.log, self.poll_s = bar, log, poll_s
+        self.deferred: dict[int, float] = {}  # run index -> when it was found busy
+        self.pool: list[_Worker] = []
+        self.ctx = mp.get_context("spawn")
+        self.restarts = 0
+        self.workers = 1
+
+    def run(self, workers: int) -> bool:
+        """Train until every run has an outcome; True if interrupted (Ctrl-C)."""
+        self.workers = workers
+        try:
+            self.pool = [self.start_worker() for _ in range(min(workers, len(self.pending)))]
+            while self.pending or self.deferred or any(w.task is not None for w in self.pool):
+                self.hand_out()
+                active = [w for w in self.pool if w.task is not None]
+                if not active:
+                    if self.deferred:
+                        time.sleep(self.poll_s)
+                    continue
+                self.collect(active)
+        except KeyboardInterrupt:
+            self.log("interrupted: stopping the workers; run the same command again to resume")
+            return True
+        finally:
+            _stop(self.pool)
+            if self.bar is not None:
+                self.bar.close()
+        return False
+
+    def start_worker(self) -> _Worker:
+        parent, child = self.ctx.Pipe()
+        process = self.ctx.Process(target=_worker, args=(child, os.getpid()), name="attnres-sweep-worker", daemon=True)
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    def finish(self, index: int, outcome: RunOutcome) -> None:
+        self.outcomes[index] = outcome
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(_postfix(self.outcomes.values()), refresh=True)
+        else:
+            val = f" val_loss {outcome.val_loss:.4f}" if outcome.val_loss is not None else ""
+            why = f" ({outcome.error})" if outcome.error and outcome.status == "failed" else ""
+            self.log(f"[{len(self.outcomes)}/{len(self.runs)}] {outcome.run_id}: {outcome.status}{val}{why}")
+
+    def hand_out(self) -> None:
+        """Give every idle worker a run: fresh runs first, then busy runs whose holder let go."""
+        for w in self.pool:
+            if w.task is not None:
+                continue
+            index = self.pending.popleft() if self.pending else _ready(self.deferred, self.dirs, self.poll_s)
+            if index is None:
+                return
+            row = read_status(self.dirs[index])  # another launcher may have finished it meanwhile
+            if row and row["status"] in FINAL:
+                self.finish(index, _finished(self.runs[index], self.dirs[index], row))
+                continue
+            try:
+                w.conn.send((index, self.runs[index], str(self.dirs[index])))
+            except OSError:  # the worker died while idle: replace it, keep the run
+                self.pending.appendleft(index)
+                self.pool.remove(w)
+                self.restarts += 1
+                if self.restarts > 3 * self.workers:
+                    raise RuntimeError(
+                        f"sweep worker processes keep dying (last exit code {w.process.exitcode})"
+                    ) from None
+                self.pool.append(self.start_worker())
+                return
+            w.task = index
+
+    def collect(self, active: list[_Worker]) -> None:
+        """Wait up to ``poll_s`` for outcomes; a worker that died fails its run and is replaced if work is left."""
+        ready = wait([w.conn for w in active] + [w.process.sentinel for w in active], timeout=self.poll_s)
+        for w in active:
+            died = False
+            if w.conn in ready:
+                try:
+                    index, outcome = w.conn.recv()
+                except (EOFError, OSError):  # the worker died (its end of the pipe closed)
+                    died = True
+                else:
+                    w.task = None
+                    if outcome.status == "busy":
+                        self.deferred[index] = time.monotonic()
+                    else:
+                        self.finish(index, outcome)
+            elif w.process.sentinel in ready or not w.process.is_alive():
+                died = True
+            if died:
+                self.replace_dead(w)
+
+    def replace_dead(self, w: _Worker) -> None:
+        w.process.join(5)
+        index = w.task
+        row = read_status(self.dirs[index]) or {}
+        log_file = self.dirs[index] / LOG_FILE
+        self.finish(
+            index,
+            RunOutcome(
+                self.runs[index].run_id,
+                str(self.dirs[index]),
+                "failed",
+                True,
+                row.get("step", 0),
+                None,
+                f"worker process died (exit code {w.process.exitcode}); see {log_file}",
+            ),
+        )
+        self.pool.remove(w)
+        w.conn.close()
+        if self.pending or self.deferred:
+            self.pool.append(self.start_worker())
+
+
+def _ready(deferred: dict[int, float], dirs: list[Path], poll_s: float) -> int | None:
+    """A busy run to try again: one whose claim is free now (finished or abandoned by its holder)."""
+    for index, since in list(deferred.items()):
+        if time.monotonic() - since >= poll_s and not is_locked(dirs[index]):
+            del deferred[index]
+            return index
+    return None
+
+
+def _stop(pool: list[_Worker]) -> None:
+    for w in pool:
+        try:
+            if w.task is None:
+                w.conn.send(None)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 5
+    for w in pool:
+        if w.task is not None:  # interrupted mid-run: stop it now (it resumes from its checkpoint)
+            w.process.terminate()
+        w.process.join(max(0.1, deadline - time.monotonic()))
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join()
+        w.conn.close()
+
+
+def _progress(total: int, initial: int, sweep: str, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=f"sweep {sweep}", unit="run", file=sys.stderr, dynamic_ncols=True)
+
+
+def _postfix(outcomes) -> str:
+    outcomes = list(outcomes)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("done", "failed", "diverged")}
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v or k == "done")

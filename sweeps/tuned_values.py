@@ -1,0 +1,85 @@
+"""The tuned-values file: what ``attnres tune`` writes and a grid with ``lr: tuned`` reads.
+
+One YAML file per tuned grid, by default ``RESULTS/<sweep>-tune/tuned.yaml``::
+
+    sweep: cpu_small
+    sizes:
+      L4-d64:                      # Size.name: L<n_layer>-d<d_model>
+        baseline: {lr: 0.0031, val_loss: 2.41, trials: 12, complete: 9, pruned: 3, budget: 2 tok/param}
+        full: {lr: 0.0042, ...}    # present only if the variant was tuned on its own
+
+``lr: tuned`` uses a variant's own values when it was tuned, else the baseline's of the same size (the paper's
+protocol: every variant of a size shares the baseline's tuned hyper-parameters); ``lr: tuned-baseline`` always
+uses the baseline's. The searched fields (lr, and warmup_frac / beta2 when searched) are applied to the runs.
+No torch, no optuna.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from attnres.config import ConfigError
+
+APPLIED = ("lr", "warmup_frac", "beta2")  # the train.* fields a tuned entry may set
+
+
+def read_tuned(path: Path, lr: str, command: str) -> dict[str, Any]:
+    """The tuned file at ``path`` (a grid's ``tuned_file``, for its ``lr`` setting); a :class:`ConfigError` naming
+    ``command`` (the ``attnres tune`` that writes it) if it is missing or unreadable."""
+    import yaml
+
+    hint = f"run `{command}` first (or set lr to a value)"
+    if not path.is_file():
+        raise ConfigError(f"lr: {lr} needs tuned values, but {path} does not exist; {hint}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML ({err}); {hint}") from None
+    if not isinstance(data.get("sizes"), Mapping):
+        raise ConfigError(f"{path} has no sizes: section; {hint}")
+    return {**data, "_path": str(path), "_hint": hint}
+
+
+def tuned_values(tuned: Mapping[str, Any], size: str, variant: str, baseline_only: bool = False) -> dict[str, float]:
+    """The train.* values for (size, variant): the variant's own entry, else the baseline's."""
+    entries = (tuned.get("sizes") or {}).get(size) or {}
+    entry = None if baseline_only else entries.get(variant)
+    entry = entry or entries.get("baseline")
+    if not entry:
+        which = "baseline" if baseline_only else f"{variant} or baseline"
+        raise ConfigError(
+            f"lr: tuned, but {tuned.get('_path', 'the tuned file')} has no value for size {size} (variant {which}); "
+            f"{tuned.get('_hint', 'run attnres tune first')}"
+        )
+    return {k: float(entry[k]) for k in APPLIED if entry.get(k) is not None}
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_tuned(path: str | Path, sweep: str, size: str, variant: str, values: Mapping[str, Any]) -> None:
+    """Merge one (size, variant) entry into the tuned file (atomically; safe with several tune processes)."""
+    import yaml
+
+    from attnres.storage.schema import atomic_write_bytes
+
+    path = Path(path)
+    with _locked(path):
+        data = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+        data["sweep"] = sweep
+        data.setdefault("sizes", {}).setdefault(size, {})[variant] = dict(values)
+        header = "# Written by `attnres tune`; read by grids with `lr: tuned` (see docs/sweeps.md).\n"
+        atomic_write_bytes(path, (header + yaml.safe_dump(data, sort_keys=False)).encode())

@@ -1,0 +1,256 @@
+"""``attnres tune``: an Optuna search of the learning rate (optionally warm-up and AdamW beta2) per model size.
+
+For every size of the ladder (and every variant asked for, the baseline by default) one Optuna study trains
+short runs (the grid's ``tune.budget``), reports each evaluation's validation loss to Optuna through a
+Lightning callback, and prunes trials that fall behind (median or hyperband pruner). The best values are
+merged into the tuned file (:mod:`sweeps.tuned_values`) that a grid with ``lr: tuned`` reads.
+
+* Trials are ordinary runs in their own sweep folder, ``RESULTS/<sweep>-tune/<run_id>``, never mixed with the
+  study's runs; a pruned trial stays ``running`` there (resumable), a diverged one scores ln(vocab_size), the loss
+  of a model that learned nothing, so the sampler learns to avoid its region.
+* Storage: a journal file ``RESULTS/<sweep>-tune/optuna.journal`` by default (several processes on one file
+  system can share it), or any Optuna RDB URL (``--storage postgresql://...``) for many workers. A study is
+  named ``<sweep>/<size>/<variant>``; running ``attnres tune`` again tops each study up to ``tune.trials``
+  finished trials (complete or pruned), so interrupted or parallel tuning adds up instead of starting over.
+* A trial whose tuner stopped (Ctrl-C, SIGKILL, pre-emption, a lost node) stays ``RUNNING`` in the journal, which
+  has no heartbeat. The next ``attnres tune`` marks it failed and enqueues its values again, so its run resumes from
+  its checkpoint instead of being left half-trained while a new point is sampled (:func:`retry_abandoned`).
+
+optuna, torch and lightning are imported when tuning starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import uuid
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attnres.config import ConfigError
+from attnres.storage import locks
+from sweeps.grid import Grid, Size, make_run, variant_labels
+from sweeps.tuned_values import write_tuned
+
+
+def storage_for(grid: Grid, results: str | Path, storage: str | None) -> Any:
+    """An Optuna storage: an RDB URL as given, else a journal file (default next to the tuning runs)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if storage and "://" in storage:
+        return storage
+    path = Path(storage) if storage else Path(results) / grid.tune_sweep / "optuna.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+TUNERS_DIR = ".tuners"  # RESULTS/<sweep>-tune/.tuners/<tuner>: a lock each live tuner holds (attnres.storage.locks)
+
+
+def retry_abandoned(study: Any, trials_dir: Path) -> list[int]:
+    """Fail the study's ``RUNNING`` trials whose tuner is gone and enqueue their values again; returns their numbers.
+
+    A trial names its tuner (user attribute ``tuner``), and every tuner holds a lock in ``trials_dir/.tuners``
+    while it lives, which the kernel releases when it dies, however it dies.
+    """
+    import optuna
+
+    retried = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        tuner = trial.user_attrs.get("tuner")
+        if tuner is None or locks.is_held(trials_dir / TUNERS_DIR / tuner):
+            continue  # live (or asked a moment ago, before it was named)
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        retried.append(trial.number)
+    return retried
+
+
+def _pruner(grid: Grid):
+    import optuna
+
+    spec = grid.tune
+    if spec.pruner == "none":
+        return optuna.pruners.NopPruner()
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
+
+
+def pruning_callback(trial: Any) -> Any:
+    """A Lightning callback: report every validation loss to the trial; stop the run when Optuna prunes it."""
+    import lightning as L
+
+    class OptunaPruning(L.Callback):
+        def __init__(self) -> None:
+            self.pruned_at: int | None = None
+
+        def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if trainer.sanity_checking or not math.isfinite(pl_module.val_loss):
+                return
+            step = trainer.global_step
+            trial.report(pl_module.val_loss, step)
+            if trial.should_prune():
+                self.pruned_at = step
+                trainer.should_stop = True
+
+    return OptunaPruning()
+
+
+def tune(
+    grid: Grid,
+    results: str | Path,
+    variants: list[str] | None = None,
+    sizes: list[str] | None = None,
+    trials: int | None = None,
+    storage: str | None = None,
+    threads: int | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Tune every (size, variant) and write the tuned file; returns the best values per (size, variant).
+
+    ``variants``: labels (baseline, full, block<N>) or ``["all"]`` for every variant of the grid (the same
+    tuning budget for each); default the grid's ``tune.variants`` (the baseline).
+    """
+    import optuna
+
+    from sweeps.local_pool import available_cores
+
+    spec = grid.tune
+    if spec.budget is None:
+        raise ConfigError(
+            f"{grid.label}: tune.budget is missing; add e.g. tune: {{budget: {{tokens_per_param: 2}}}} (a short budget)"
+        )
+    chosen = _chosen_sizes(grid, sizes)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    store = storage_for(grid, results, storage)
+    threads = threads or available_cores()
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    trials_dir = Path(results) / grid.tune_sweep
+    tuner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # unique even if a dead pid is reused
+    alive = trials_dir / TUNERS_DIR / tuner
+    with locks.exclusive(alive):  # held until this tuner returns or dies: how others tell its trials are live
+        for size in chosen:
+            for label in _labels(grid, size, variants):
+                name = f"{grid.name}/{size.name}/{label}"
+                study = optuna.create_study(
+                    study_name=name,
+                    storage=store,
+                    direction="minimize",
+                    load_if_exists=True,
+                    # quasi-random (Sobol): with the handful of trials a CPU affords, it covers the search range
+                    # evenly, where TPE's random start (its first 10 trials) can cluster in one part of it
+                    sampler=optuna.samplers.QMCSampler(
+                        qmc_type="sobol", scramble=False, seed=spec.seed, warn_independent_sampling=False
+                    ),
+                    pruner=_pruner(grid),
+                )
+                objective = _objective(grid, size, label, results, threads, tuner)
+                entry = _run_study(study, objective, trials or spec.trials, trials_dir, spec, log)
+                if entry is None:
+                    continue
+                write_tuned(grid.tuned_file(results), grid.name, size.name, label, entry)
+                best[(size.name, label)] = entry
+                values = {k: v for k, v in entry.items() if k in spec.searched}
+                log(
+                    f"{name}: best "
+                    + ", ".join(f"{k} {v:.4g}" for k, v in values.items())
+                    + f" (val_loss {entry['val_loss']:.4f}) -> {grid.tuned_file(results)}"
+                )
+    alive.unlink(missing_ok=True)
+    return best
+
+
+def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:
+    chosen = [s for s in grid.sizes if not sizes or s.name in sizes]
+    if sizes and len(chosen) != len(set(sizes)):
+        unknown = sorted(set(sizes) - {s.name for s in grid.sizes})
+        raise ConfigError(
+            f"unknown size(s) {', '.join(unknown)}; the grid's sizes are {', '.join(s.name for s in grid.sizes)}"
+        )
+    return chosen
+
+
+def _labels(grid: Grid, size: Size, variants: list[str] | None) -> list[str]:
+    """The variant labels to tune at ``size``: those asked for (``all``: every variant of the grid)."""
+    known = variant_labels(grid, size)
+    labels = known if variants == ["all"] else list(variants or grid.tune.variants)
+    for label in labels:
+        if label != "baseline" and label not in known:
+            raise ConfigError(f"tune: variant {label!r} is not in the grid at size {size.name} ({', '.join(known)})")
+    return labels
+
+
+def _objective(grid: Grid, size: Size, label: str, results: str | Path, threads: int, tuner: str):
+    """Optuna's objective for one (size, variant): train the trial's run (or resume it) and return its val_loss."""
+    import optuna
+
+    from attnres.training.run import run_dir_for
+    from sweeps.claim import train_claimed
+    from sweeps.local_pool import with_runtime
+
+    spec = grid.tune
+
+    def objective(trial: optuna.Trial) -> float:
+        trial.set_user_attr("tuner", tuner)
+        train: dict[str, Any] = {"lr": trial.suggest_float("lr", *spec.lr, log=True)}
+        if spec.warmup_frac:
+            train["warmup_frac"] = trial.suggest_float("warmup_frac", *spec.warmup_frac)
+        if spec.beta2:
+            train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
+        if spec.eval_interval:
+            train["eval_interval"] = spec.eval_interval
+        cfg = make_run(grid, size, label, spec.budget, grid.seeds[0], sweep=grid.tune_sweep, train=train)
+        cfg = with_runtime(cfg, threads=threads, progress_bar=False)
+        run_dir = run_dir_for(cfg, results)
+        trial.set_user_attr("run_id", cfg.run_id)
+        callback = pruning_callback(trial)
+        outcome = train_claimed(cfg, run_dir, log_file=run_dir / "train.log", callbacks=[callback])
+        if callback.pruned_at is not None:
+            raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
+        if outcome.status == "diverged":
+            trial.set_user_attr("diverged", True)
+            return math.log(cfg.model.vocab_size)
+        if outcome.status != "done" or outcome.val_loss is None:
+            trial.set_user_attr("error", outcome.error or outcome.status)
+            return float("nan")  # a failed trial (Optuna records it as FAIL)
+        return float(outcome.val_loss)
+
+    return objective
+
+
+def _run_study(study, objective, trials: int, trials_dir: Path, spec, log) -> dict[str, Any] | None:
+    """Run the trials ``study`` still needs (interrupted ones first); its best trial as a tuned entry, or None."""
+    import optuna
+
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    todo = trials - len(study.get_trials(deepcopy=False, states=finished))
+    if todo > 0:
+        log(f"tuning {study.study_name}: {todo} trial(s) of {spec.budget.label}, searching {', '.join(spec.searched)}")
+        retried = retry_abandoned(study, trials_dir)  # a full study leaves them be: nothing would run them
+        if retried:
+            log(
+                f"{study.study_name}: trial(s) {', '.join(map(str, retried))} were interrupted; their values go "
+                "first, and their runs resume"
+            )
+        study.optimize(objective, n_trials=todo, callbacks=[optuna.study.MaxTrialsCallback(trials, states=finished)])
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not done:
+        log(f"{study.study_name}: no trial finished; nothing written")
+        return None
+    winner = min(done, key=lambda t: t.value)
+    return {
+        **{k: float(v) for k, v in winner.params.items()},
+        "val_loss": float(winner.value),
+        "trials": len(study.get_trials(deepcopy=False)),
+        "complete": len(done),
+        "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+        "budget": spec.budget.label,
+        "study": study.study_name,
+        "run_id": winner.user_attrs.get("run_id"),
+    }

@@ -1,0 +1,142 @@
+"""fit_results: every number `attnres fit` reports, on synthetic results trees (analysis.sweep_fits)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import ChinchillaLaw, PowerLaw, fit_results, format_report, load_results
+from analysis.fit import PFLOP_S_DAY
+from tests.synthetic_results import write_synthetic_results
+
+TRUTH = {"baseline": 1.0, "full": 1.27, "block": 1.25}
+
+
+@pytest.fixture(scope="module")
+def clean_tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clean")
+    write_synthetic_results(root, multipliers=TRUTH, tables=False)
+    return root
+
+
+@pytest.mark.parametrize("form", ["A*C^-alpha", "E+A*C^-alpha"])
+def test_noise_free_tree_recovers_every_multiplier(tmp_path, form):
+    law = PowerLaw(A=25.0, alpha=0.057) if form == "A*C^-alpha" else PowerLaw(A=60.0, alpha=0.12, E=1.0)
+    write_synthetic_results(tmp_path, law=law, multipliers=TRUTH, tables=False)
+    report = fit_results(tmp_path, form=form, n_boot=50)
+    sweep = report.sweep("synthetic")
+    assert [c.curve for c in sweep.curves] == ["baseline", "block", "full"]
+    baseline = sweep.curve("baseline").fit
+    assert baseline.status == "converged"
+    assert math.isclose(baseline.law.alpha, law.alpha, rel_tol=1e-6) and math.isclose(
+        baseline.law.A, law.A, rel_tol=1e-6
+    )
+    assert sweep.joint.status == "converged" and math.isclose(sweep.joint.alpha.value, law.alpha, rel_tol=1e-6)
+    for m in sweep.multipliers:
+        truth = TRUTH[m.variant]
+        assert m.exponent == "shared"
+        assert math.isclose(m.multiplier.value, truth, rel_tol=1e-6)
+        assert math.isclose(m.multiplier_unshared.value, truth, rel_tol=1e-6)
+        assert all(math.isclose(b.multiplier.value, truth, rel_tol=1e-6) for b in m.budgets)
+        assert len(m.budgets) == 7 and m.n_runs_variant == 7 and m.n_runs_baseline == 7
+        # wall clock: the synthetic variants run at 0.85 / 0.95 of the baseline's tokens/s with 2% / 1% more FLOPs
+        ratio = {"full": 0.85 * 1.02, "block": 0.95 * 1.01}[m.variant]
+        assert math.isclose(m.throughput_ratio, ratio, rel_tol=1e-9)
+        assert math.isclose(m.wall_clock.value, truth * ratio, rel_tol=1e-6)
+
+
+def test_noisy_tree_with_seeds_covers_the_truth_and_counts_runs(tmp_path):
+    write_synthetic_results(tmp_path, multipliers=TRUTH, seeds=3, noise=0.003, tables=False, rng_seed=1)
+    report = fit_results(tmp_path, n_boot=400)
+    sweep = report.sweeps[0]
+    for m in sweep.multipliers:
+        assert m.multiplier.contains(TRUTH[m.variant]), (m.variant, m.multiplier)
+        assert m.n_runs_variant == 21 and all(b.n_runs_variant == 3 for b in m.budgets)
+        assert m.exponent_test.difference.contains(0.0) and 0 <= m.exponent_test.p_value <= 1
+
+
+def test_identical_variants_give_one_within_the_interval(tmp_path):
+    write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "twin": 1.0}, noise=0.003, tables=False, rng_seed=7)
+    m = fit_results(tmp_path, n_boot=500).sweeps[0].multiplier("twin")
+    assert m.multiplier.contains(1.0) and m.multiplier_unshared.contains(1.0)
+
+
+def test_isoflop_grid_uses_the_frontier_and_fits_the_chinchilla_surface(tmp_path):
+    law = ChinchillaLaw(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+    write_synthetic_results(
+        tmp_path,
+        law=law,
+        multipliers={"baseline": 1.0, "block": 1.25},
+        budgets=np.geomspace(1e17, 1e20, 6),
+        sizes_per_budget=5,
+        tables=False,
+    )
+    sweep = fit_results(tmp_path, form="E+A*C^-alpha", n_boot=50).sweeps[0]
+    assert sweep.frontier
+    m = sweep.multiplier("block")
+    assert abs(m.multiplier.value / 1.25 - 1) < 0.01  # the frontier is a quadratic approximation of the minimum
+    surface = sweep.chinchilla["baseline"]
+    for name in ("E", "A", "B", "alpha", "beta"):
+        assert math.isclose(getattr(surface.law, name), getattr(law, name), rel_tol=1e-6), name
+
+
+def test_pflops_days_rescale_compute_only(clean_tree):
+    flops = fit_results(clean_tree, n_boot=0).sweeps[0]
+    days = fit_results(clean_tree, n_boot=0, compute_unit="pflops_days").sweeps[0]
+    for a, b in zip(flops.curves, days.curves):
+        assert math.isclose(a.fit.law.in_units(PFLOP_S_DAY).A, b.fit.law.A, rel_tol=1e-9)
+        assert math.isclose(a.points[0].compute / PFLOP_S_DAY, b.points[0].compute, rel_tol=1e-12)
+    for a, b in zip(flops.multipliers, days.multipliers):
+        assert math.isclose(a.multiplier.value, b.multiplier.value, rel_tol=1e-9)
+
+
+def test_problems_notes_and_statuses_are_carried_into_the_report(tmp_path):
+    write_synthetic_results(tmp_path, multipliers=TRUTH, unfinished=1, nan_loss=1, broken=1, tables=False)
+    with pytest.warns(UserWarning, match="val_loss"):
+        report = fit_results(load_results(tmp_path, tables=()), n_boot=20)
+    data = report.to_dict()
+    assert len(data["problems"]) == 3
+    sweep = data["sweeps"][0]
+    assert any("val_loss" in n for n in sweep["notes"])
+    assert all(c["status"] == "converged" for c in sweep["curves"]) and sweep["joint"]["status"] == "converged"
+    assert all(set(m["status"]) == {"baseline", "variant", "joint"} for m in sweep["multipliers"])
+    json.dumps(data, allow_nan=False)  # strictly valid JSON
+    table = format_report(report)
+    assert "runs left out" in table and "broken-0" in table and "M [90% CI]" in table
+
+
+def test_sweeps_are_fitted_separately_and_unfittable_ones_do_not_fail(tmp_path):
+    write_synthetic_results(tmp_path, sweep="scaling", multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    write_synthetic_results(
+        tmp_path, sweep="one-budget", multipliers={"baseline": 1.0, "block": 1.2}, budgets=[1e16], tables=False
+    )
+    report = fit_results(tmp_path, n_boot=20)
+    assert [s.sweep for s in report.sweeps] == ["one-budget", "scaling"]
+    assert report.sweep("one-budget").curves == () and any("not fitted" in n for n in report.sweep("one-budget").notes)
+    assert math.isclose(report.sweep("scaling").multiplier("block").multiplier.value, 1.2, rel_tol=1e-6)
+    only = fit_results(tmp_path, n_boot=0, sweeps=["scaling"])
+    assert [s.sweep for s in only.sweeps] == ["scaling"]
+    with pytest.raises(ValueError, match="not found"):
+        fit_results(tmp_path, sweeps=["nope"])
+
+
+def test_without_a_baseline_curves_are_fitted_but_no_multiplier(tmp_path):
+    write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    sweep = fit_results(tmp_path, baseline="reference", n_boot=0).sweeps[0]
+    assert len(sweep.curves) == 2 and sweep.multipliers == ()
+    assert any("no fitted baseline curve 'reference'" in n for n in sweep.notes)
+
+
+def test_bad_settings_are_clear_errors(clean_tree):
+    for kwargs, match in [
+        ({"select": "median"}, "select"),
+        ({"exponent": "both"}, "exponent"),
+        ({"level": 90}, "level"),
+        ({"compute_unit": "gpu_hours"}, "compute_unit"),
+        ({"form": "L=B"}, "unknown form"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            fit_results(clean_tree, **kwargs)

@@ -1,0 +1,112 @@
+"""The built-in corpus, the fixed split, the token cache, the batch order and the learning-rate schedule."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnres.config import DataConfig, RunConfig, TrainConfig
+from attnres.data.corpus import TrainBatches, corpus_files, load_corpus, split_chunks, val_windows
+from attnres.model import AttnResLM
+from attnres.training.module import build_scheduler, parameter_groups
+
+
+def test_builtin_corpus_is_vendored_with_its_provenance():
+    files = corpus_files("builtin")
+    assert [f.name for f in files] == ["kjv.txt.gz", "shakespeare.txt.gz"]
+    assert (files[0].parent / "PROVENANCE.md").is_file()
+    head = gzip.decompress(files[0].read_bytes())[:9]
+    assert head == b"Genesis 1"
+
+
+def test_split_is_fixed_contiguous_and_disjoint():
+    cfg = DataConfig()
+    corpus = load_corpus(cfg)
+    total = sum(len(gzip.decompress(f.read_bytes())) for f in corpus_files("builtin")) + 2  # joined by b"\n\n"
+    assert len(corpus.train) + len(corpus.val) == total
+    chunks = split_chunks(total, cfg)
+    assert np.array_equal(chunks, split_chunks(total, cfg))  # deterministic
+    assert len(corpus.val) == len(chunks) * cfg.chunk_tokens
+    assert 0.015 < len(corpus.val) / total < 0.025
+    # every validation chunk is absent from the training text (no leakage of neighbouring windows)
+    train = bytes(corpus.train)
+    for c in chunks[:5]:
+        piece = bytes(corpus.val[np.searchsorted(chunks, c) * cfg.chunk_tokens :][: cfg.chunk_tokens])
+        assert piece[1000:1200] not in train
+
+
+def test_cache_is_built_once(token_cache):
+    load_corpus(DataConfig())
+    files = sorted((Path(token_cache) / "tokens").rglob("*.u8"))
+    stamps = [f.stat().st_mtime_ns for f in files]
+    load_corpus(DataConfig())
+    assert [f.stat().st_mtime_ns for f in sorted((Path(token_cache) / "tokens").rglob("*.u8"))] == stamps
+
+
+def test_user_text_folder(tmp_path):
+    (tmp_path / "a.txt").write_text("hello world " * 5000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.txt").write_text("goodbye moon " * 5000)
+    corpus = load_corpus(DataConfig(corpus=str(tmp_path), chunk_tokens=4096, val_fraction=0.1))
+    assert len(corpus.train) + len(corpus.val) == 12 * 5000 + 13 * 5000 + 2
+    assert corpus.files == (str(tmp_path / "a.txt"), str(tmp_path / "sub" / "b.txt"))
+
+
+def test_batches_are_a_function_of_seed_and_step_and_split_across_ranks():
+    tokens = np.arange(10_000, dtype=np.uint8)
+    one = TrainBatches(tokens, batch_size=8, seq_len=16, seed=3, steps=5)
+    full = [b.clone() for b in one]
+    assert len(full) == 5 and full[0].shape == (8, 17)
+    again = TrainBatches(tokens, batch_size=8, seq_len=16, seed=3, steps=5)
+    again.step = 3  # a resumed run starts at its global step
+    assert torch.equal(next(iter(again)), full[3])
+    ranks = [list(TrainBatches(tokens, 8, 16, 3, 5, rank=r, world=2)) for r in range(2)]
+    for step in range(5):
+        merged = torch.empty_like(full[step])
+        merged[0::2], merged[1::2] = ranks[0][step], ranks[1][step]
+        assert torch.equal(merged, full[step])
+    assert not torch.equal(full[0], list(TrainBatches(tokens, 8, 16, 4, 1))[0])  # another seed
+
+
+def test_validation_windows_are_fixed_and_consecutive():
+    tokens = np.arange(1000, dtype=np.uint8)
+    w = val_windows(tokens, seq_len=10, max_tokens=50)
+    assert w.shape == (5, 11)
+    assert (w[1, 0] == w[0, -1]) and np.array_equal(w[0], np.arange(11))
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_schedule_warms_up_then_decays_to_the_floor(schedule):
+    cfg = RunConfig(train=TrainConfig(lr=1.0, warmup_frac=0.1, schedule=schedule, min_lr_ratio=0.1))
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=1.0)
+    sched = build_scheduler(opt, cfg, 100)
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:10] == pytest.approx([(k + 1) / 10 for k in range(10)])
+    assert lrs[-1] == pytest.approx(0.1) and max(lrs) == pytest.approx(1.0)
+    assert all(a >= b - 1e-12 for a, b in zip(lrs[10:], lrs[11:]))  # non-increasing after warm-up
+    if schedule == "wsd":
+        assert lrs[10:80] == pytest.approx([1.0] * 70)
+
+
+def test_weight_decay_only_on_linear_weights():
+    from attnres.config import ModelConfig
+
+    model = AttnResLM(ModelConfig(n_layer=2, d_model=32, n_head=2, residual="block", n_blocks=2))
+    decay, no_decay = parameter_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert all(
+        n.endswith(("qkv.weight", "proj.weight", "gate_up.weight", "down.weight", "lm_head.weight")) for n in decayed
+    )
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert {"depth.pseudo_query", "depth.key_gain", "embed.weight", "final_norm.weight"} <= kept
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0

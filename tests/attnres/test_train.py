@@ -1,0 +1,367 @@
+"""Training a run end to end: the run folder contract, determinism, resume after SIGKILL, divergence, errors."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attnres import AttnResLM
+from attnres.config import ConfigError, resolve_run_config
+from attnres.storage import locks, schema
+from attnres.training.run import train
+from tests.conftest import TINY, needs_cxx
+
+ATTNRES = [sys.executable, "-m", "attnres.cli"]
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*ATTNRES, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy()
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    """One tiny Block AttnRes run on the built-in corpus (2 layers, d_model 32, ~50k tokens)."""
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    result = train(resolve_run_config(None, TINY), run_dir, progress=False)
+    assert result.status == "done" and result.trained
+    return run_dir
+
+
+def test_tiny_run_writes_the_whole_contract(tiny_run):
+    for name in (schema.CONFIG_FILE, schema.RUN_FILE, schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE):
+        assert (tiny_run / name).is_file(), name
+    assert (tiny_run / schema.CHECKPOINT_DIR / "last.ckpt").is_file()
+    for name, declared in schema.SCHEMAS.items():
+        table = schema.read_table(tiny_run / name)
+        assert table.schema.equals(declared, check_metadata=False), name
+        assert table.num_rows > 0
+    run = schema.read_table(tiny_run / schema.RUN_FILE).to_pylist()[0]
+    assert run["status"] == "done" and run["step"] == run["max_steps"] == math.ceil(50000 / (16 * 64))
+    assert run["tokens"] == run["step"] * run["batch_tokens"] and run["flops"] == run["tokens"] * run["flops_per_token"]
+    assert run["val_loss"] < math.log(256) - 1.0  # clearly below the uniform 5.545 nats
+    assert run["val_bpb"] == pytest.approx(run["val_loss"] / math.log(2))
+    assert run["tokens_per_s"] > 0 and run["wall_s"] > 0 and run["variant"] == "block" and run["n_blocks"] == 4
+
+
+def test_metrics_layers_and_depth_attention_contents(tiny_run):
+    metrics = pd.read_parquet(tiny_run / schema.METRICS_FILE)
+    val = metrics[metrics.split == "val"]
+    assert list(val.step) == [20, 40, 49]  # every eval_interval, and the last step
+    assert val.loss.is_monotonic_decreasing
+    train_rows = metrics[metrics.split == "train"]
+    assert (train_rows.lr > 0).all() and (train_rows.grad_norm > 0).all()
+    layers = pd.read_parquet(tiny_run / schema.LAYERS_FILE)
+    last = layers[layers.step == 49]
+    assert sorted(last.kind.unique()) == ["attn", "block", "mlp"]
+    assert len(last[last.kind == "block"]) == 2 and last.grad_norm.notna().all()
+    depth = pd.read_parquet(tiny_run / schema.DEPTH_ATTN_FILE)
+    sums = depth.groupby(["step", "query"]).weight.sum()
+    np.testing.assert_allclose(sums.values, 1.0, atol=1e-5)
+    assert set(depth.source_kind) == {"embedding", "block", "partial"} or set(depth.source_kind) >= {
+        "embedding",
+        "block",
+    }
+
+
+def test_a_finished_run_is_not_trained_again(tiny_run):
+    result = train(resolve_run_config(None, TINY), tiny_run, progress=False)
+    assert result.status == "done" and not result.trained
+
+
+def test_a_run_folder_refuses_a_different_config(tiny_run):
+    with pytest.raises(ConfigError, match="model.d_model"):
+        train(resolve_run_config(None, TINY + ["model.d_model=48"]), tiny_run, progress=False)
+
+
+def test_same_config_gives_identical_losses(tmp_path, tiny_run):
+    cfg = resolve_run_config(None, TINY)
+    train(cfg, tmp_path / "again", progress=False)
+    a = pd.read_parquet(tiny_run / schema.METRICS_FILE)
+    b = pd.read_parquet(tmp_path / "again" / schema.METRICS_FILE)
+    assert list(a.step) == list(b.step) and list(a.split) == list(b.split)
+    np.testing.assert_array_equal(a.loss.values, b.loss.values)
+
+
+def test_divergence_stops_the_run_and_keeps_the_log(tmp_path):
+    cfg = resolve_run_config(None, TINY + ["train.lr=1e30", "train.eval_interval=1"])
+    result = train(cfg, tmp_path / "run", progress=False)
+    assert result.status == "diverged"
+    run = schema.read_table(tmp_path / "run" / schema.RUN_FILE).to_pylist()[0]
+    assert run["status"] == "diverged" and "non-finite" in run["error"] and run["step"] < run["max_steps"]
+    assert schema.read_table(tmp_path / "run" / schema.METRICS_FILE).num_rows >= 1
+
+
+@pytest.mark.parametrize("residual", ["baseline", "full"])
+def test_other_variants_train(tmp_path, residual):
+    cfg = resolve_run_config(None, TINY + [f"model.residual={residual}", "train.tokens=20000"])
+    assert train(cfg, tmp_path / "run", progress=False).status == "done"
+    has_depth = (tmp_path / "run" / schema.DEPTH_ATTN_FILE).exists()
+    assert has_depth == (residual != "baseline")
+
+
+def readable_or_absent(run_dir: Path) -> None:
+    for name in schema.SCHEMAS:
+        if (run_dir / name).exists():
+            schema.read_table(run_dir / name)  # raises on a half-written file
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
+def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig):
+    args = TINY + ["train.tokens=160000", "train.eval_interval=20", "--no-progress"]
+    straight = run_cli("train", *args, "--out", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*ATTNRES, "train", *args, "--out", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        readable_or_absent(killed)
+        rows = schema.read_table(killed / schema.RUN_FILE).to_pylist() if (killed / schema.RUN_FILE).exists() else []
+        if rows and rows[0]["step"] >= 40 and (killed / "checkpoints" / "last.ckpt").exists():
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)  # a few more steps past the checkpoint, which the resumed run must redo
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=120)
+    readable_or_absent(killed)
+    status = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
+    assert status["status"] == "running" and status["step"] < status["max_steps"]
+    if sig == signal.SIGINT:  # Lightning's graceful stop exits 1 without a word; the run says what happened
+        assert proc.returncode == 1 and "interrupted at step " in err and "the same command resumes it" in err, err
+
+    resumed = run_cli("train", *args, "--out", str(killed))
+    assert resumed.returncode == 0, resumed.stderr
+    a = pd.read_parquet(tmp_path / "straight" / schema.METRICS_FILE)
+    b = pd.read_parquet(killed / schema.METRICS_FILE)
+    assert list(zip(a.step, a.split)) == list(zip(b.step, b.split))
+    np.testing.assert_allclose(b.loss.values, a.loss.values, rtol=0, atol=1e-4)
+    ra = schema.read_table(tmp_path / "straight" / schema.RUN_FILE).to_pylist()[0]
+    rb = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
+    assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
+
+
+LOGS = (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)
+
+
+def finished_but_marked_running(tiny_run: Path, run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """A copy of tiny_run as a kill after its last checkpoint (at max_steps) but before its final write leaves
+    it: the row still `running`. Returns the finished row and the log files, as they were."""
+    shutil.copytree(tiny_run, run_dir)
+    row = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    schema.write_table(run_dir / schema.RUN_FILE, schema.to_table([{**row, "status": "running"}], schema.RUN_SCHEMA))
+    return row, {name: pd.read_parquet(run_dir / name) for name in LOGS}
+
+
+def assert_logs_unchanged(run_dir: Path, before: dict[str, pd.DataFrame]) -> None:
+    for name, table in before.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, obj=name)
+
+
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the run folder is a copy of tiny_run
+def test_a_kill_after_the_last_checkpoint_but_before_the_final_write_keeps_every_row(tmp_path, tiny_run):
+    """Lightning skips training (and on_train_start) when the checkpoint is at max_steps; the run must still
+    come out `done` with its losses and logs (it once came out with val_loss None and empty files)."""
+    run_dir = tmp_path / "run"
+    row, before = finished_but_marked_running(tiny_run, run_dir)
+
+    result = train(resolve_run_config(None, TINY), run_dir, progress=False)
+    assert result.status == "done" and result.val_loss == row["val_loss"]
+    after = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    for field in ("status", "step", "val_loss", "val_bpb", "train_loss", "tokens_per_s", "wall_s"):
+        assert after[field] == row[field], field
+    assert_logs_unchanged(run_dir, before)
+
+
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the run folder is a copy of tiny_run
+@pytest.mark.parametrize("hook", ["setup", "configure_optimizers"], ids=["before-restore", "after-model-restore"])
+def test_a_failure_before_training_resumes_keeps_the_logs_of_earlier_attempts(tmp_path, tiny_run, monkeypatch, hook):
+    """An error while the resumed run is set up (before Lightning restores the checkpoint, or after it restored
+    the weights but not yet the step, e.g. out of GPU memory) marks the run failed and leaves its logs as
+    they were, so the next attempt resumes with its history (it once emptied the metric files)."""
+    from attnres.training.module import LitLM
+
+    run_dir = tmp_path / "run"
+    row, before = finished_but_marked_running(tiny_run, run_dir)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LitLM, hook, fail)
+        with pytest.raises(RuntimeError, match="simulated"):
+            train(resolve_run_config(None, TINY), run_dir, progress=False)
+    failed = schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
+    assert failed["status"] == "failed" and "simulated" in failed["error"] and failed["step"] == row["step"]
+    assert_logs_unchanged(run_dir, before)
+
+    result = train(resolve_run_config(None, TINY), run_dir, progress=False)
+    assert result.status == "done" and result.val_loss == row["val_loss"]
+    assert_logs_unchanged(run_dir, before)
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+
+
+def test_help_lists_every_field():
+    from attnres.config import SECTIONS
+
+    out = run_cli("train", "--help").stdout
+    for section, cls in SECTIONS.items():
+        for name in cls.__dataclass_fields__:
+            assert f"{section}.{name}:" in out, f"{section}.{name}"
+    assert "Transformer blocks" in out  # the field docs, not just names
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["model.n_layers=4"], ["unknown config key", "model.'n_layers'", "n_layer"]),
+        (["train.lr=fast"], ["train.lr", "number", "fast"]),
+        (["model.n_layer=2.5"], ["model.n_layer", "integer"]),
+        (["model.residual=resnet"], ["model.residual", "'baseline', 'full', 'block'"]),
+        (["data.corpus=/nonexistent/text"], ["data.corpus", "does not exist"]),
+        (["model.seq_len=1000000"], ["model.seq_len=1000000", "validation split"]),
+        (["model.n_blocks=99"], ["n_blocks", "2 * n_layer"]),
+    ],
+)
+def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
+    out = tmp_path / "run"
+    result = run_cli("train", *TINY, *args, "--out", str(out))
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("attnres train: error:")
+    for fragment in fragments:
+        assert fragment in message
+    assert not (out / schema.CHECKPOINT_DIR).exists()
+
+
+def test_empty_corpus_is_rejected(tmp_path):
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "empty.txt").write_text("")
+    result = run_cli("train", *TINY, f"data.corpus={tmp_path / 'texts'}", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "holds no text" in result.stderr
+
+
+def test_config_file_and_override_precedence(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model:\n  n_layer: 3\n  d_model: 48\ntrain:\n  lr: 1e-3\n")
+    cfg = resolve_run_config(path, ["train.lr=2e-3"])
+    assert (cfg.model.n_layer, cfg.model.d_model, cfg.train.lr) == (3, 48, 2e-3)
+    assert cfg.model.n_head == 4  # the default
+
+
+@needs_cxx
+def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
+    """runtime.compile=true for Block AttnRes (compiled sublayers; on CPU the depth stays eager): the same
+    losses to rounding, and a checkpoint that the eager model loads (the parameter names do not change)."""
+    args = TINY + ["model.residual=block", "model.n_blocks=2", "train.tokens=20000"]
+    losses = {}
+    for compiled in (False, True):
+        cfg = resolve_run_config(None, args + [f"runtime.compile={str(compiled).lower()}"])
+        assert train(cfg, tmp_path / str(compiled), progress=False).status == "done"
+        losses[compiled] = pd.read_parquet(tmp_path / str(compiled) / schema.METRICS_FILE).loss.to_numpy()
+    assert len(losses[True]) == len(losses[False]) > 2
+    np.testing.assert_allclose(losses[True], losses[False], rtol=0, atol=1e-4)
+    state = torch.load(tmp_path / "True" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert {k.removeprefix("model.") for k in state} == set(AttnResLM(cfg.model).state_dict())
+
+
+def test_the_ranks_of_a_slurm_launch_hear_what_rank_zero_decided(tmp_path, monkeypatch):
+    launch = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2"}
+    for name, value in launch.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)  # (set if the tests themselves run in a requeued job)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    locks.announce(tmp_path, "train")  # only global rank 0 speaks
+    assert not (tmp_path / locks.RANK_ZERO_FILE).exists()
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    locks.announce(tmp_path, "busy")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    assert locks.await_rank_zero(tmp_path, timeout_s=5) == "busy"
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # a requeued launch must not act on the last one's word
+    with pytest.raises(TimeoutError, match="did not say"):
+        locks.await_rank_zero(tmp_path, timeout_s=0.5, poll_s=0.1)
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: nobody to wait for
+    assert locks.await_rank_zero(tmp_path, timeout_s=0) == "train"
+
+
+SLURM_LAUNCH = {  # what srun sets for a one-node, two-task step (the parts Lightning and attnres.storage.locks read)
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_ID": "0",
+    "SLURM_NTASKS": "2",
+    "SLURM_NTASKS_PER_NODE": "2",
+    "SLURM_NNODES": "1",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "localhost",
+    "SLURM_JOB_NAME": "attnres",
+}
+
+
+def two_slurm_ranks(run_dir: Path, timeout: float = 120) -> list[str]:
+    """Train a tiny 2-device DDP run as the two tasks of a SLURM step would (on CPU); each rank's output."""
+    ddp = ["runtime.devices=2", "runtime.accelerator=cpu", "runtime.threads=1"]
+    args = ["train", *TINY, *ddp, "--out", str(run_dir), "--no-progress"]
+    ranks = [
+        subprocess.Popen(
+            [*ATTNRES, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **SLURM_LAUNCH, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    for rank, (p, out) in enumerate(zip(ranks, outputs)):
+        assert p.returncode == 0, (rank, out)
+    return outputs
+
+
+def test_two_slurm_ranks_train_one_run_with_ddp(tmp_path):
+    outputs = two_slurm_ranks(tmp_path / "run")
+    assert all(out.splitlines()[-1].startswith("done: step 49") for out in outputs), outputs
+    assert schema.read_run_row(tmp_path / "run")["status"] == "done"
+
+
+def test_when_rank_zero_finds_the_run_busy_the_other_slurm_ranks_stop_too(tmp_path):
+    """Rank 0 finds another process training the run and returns "busy"; rank 1 must too, instead of waiting at
+    DDP's rendezvous for a rank 0 that never comes (until the rendezvous times out, GPUs held)."""
+    run_dir = tmp_path / "run"
+    with locks.exclusive(run_dir / locks.TRAIN_LOCK_FILE) as ours:
+        assert ours
+        outputs = two_slurm_ranks(run_dir, timeout=60)
+    assert all(out.splitlines()[-1].startswith("busy") for out in outputs), outputs
+    assert not (run_dir / schema.RUN_FILE).exists()  # nobody trained
+
+
+def test_lightnings_srun_hint_is_not_printed_outside_a_slurm_allocation(tmp_path):
+    """With srun on PATH (a login node, a laptop with SLURM) but no allocation, the hint is noise: not printed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    args = [*TINY, "train.tokens=2000", "runtime.progress_bar=false", "--out", str(tmp_path / "run")]
+    proc = run_cli("train", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "The `srun` command" not in proc.stdout + proc.stderr, proc.stderr

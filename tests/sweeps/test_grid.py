@@ -1,0 +1,317 @@
+"""Grid files: validation with clear messages, expansion into valid runs, stable run ids, the plan (no training)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnres.config import ConfigError, RunConfig
+from sweeps import expand, load_grid, model_of_size, tokens_for
+from sweeps.grid import GRID_DIR, BudgetSpec, expand_runs, make_run, size_params
+
+TINY = {
+    "name": "tiny",
+    "defaults": {"model": {"seq_len": 64}, "train": {"batch_size": 16, "eval_interval": 10, "eval_tokens": 4096}},
+    "ladder": {"depths": [2], "width_per_layer": 16, "head_dim": 16},
+    "budgets": [{"tokens": 20000}],
+    "variants": ["baseline", "full", {"block": [2]}],
+    "seeds": [0],
+    "lr": 3e-3,
+}
+
+
+def grid_with(**changes):
+    data = yaml.safe_load(yaml.safe_dump(TINY))
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def write(tmp_path: Path, data: dict, name: str = "g.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def expand_shipped(name, tmp_path):
+    """A shipped grid's runs; a grid with `lr: tuned*` reads a tuned file written here with lr 3e-3 per size."""
+    grid = load_grid(name)
+    if isinstance(grid.lr, str):
+        path = grid.tuned_file(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sizes = {s.name: {"baseline": {"lr": 3e-3}} for s in grid.sizes}
+        path.write_text(yaml.safe_dump({"sweep": grid.name, "sizes": sizes}))
+    return expand(grid, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["smoke", "demo", "cpu_small", "cpu_lr", "paper", "block_size", "ablations"])
+def test_shipped_grids_load_and_expand_to_valid_runs(name, tmp_path):
+    runs = expand_shipped(name, tmp_path)
+    assert runs and all(isinstance(r, RunConfig) for r in runs)
+    assert {r.sweep for r in runs} == {name}
+    assert len({r.run_id for r in runs}) == len(runs)
+
+
+def test_shipped_grids_have_what_the_issue_asks(tmp_path):
+    smoke = expand("smoke")
+    assert len({r.train.tokens for r in smoke}) == 2
+    assert {r.model.residual for r in smoke} == {"baseline", "full", "block"}
+    small = expand_shipped("cpu_small", tmp_path)
+    assert len({(r.model.n_layer, r.train.tokens) for r in small}) >= 5
+    assert sorted({r.model.n_blocks for r in small if r.model.residual == "block"}) == [2, 4]
+    assert isinstance(load_grid("cpu_small").seeds, tuple)
+    paper = expand("paper")
+    assert sorted({(r.model.n_layer, r.model.d_model) for r in paper}) == [
+        (12, 896),
+        (13, 960),
+        (14, 1024),
+        (16, 1168),
+        (17, 1264),
+    ]
+    assert {r.train.lr for r in paper if r.model.n_layer == 12} == {2.99e-3}
+    blocks = expand("block_size")
+    sizes = {r.model.block_size for r in blocks if r.model.residual == "block"}
+    assert sizes == {12, 6, 4, 3, 2, 1} and any(r.model.residual == "baseline" for r in blocks)
+
+
+def test_ladder_functions():
+    assert model_of_size(4, 16, 16) == {"n_layer": 4, "d_model": 64, "n_head": 4}
+    assert model_of_size(12, 73, 64) == {"n_layer": 12, "d_model": 896, "n_head": 14}
+    assert tokens_for(1000, BudgetSpec("tokens_per_param", 20)) == {"tokens": 20000, "flops": None}
+    assert tokens_for(1000, BudgetSpec("flops", 1e12)) == {"tokens": None, "flops": 1e12}
+
+
+def test_tokens_per_param_use_the_baseline_params_for_every_variant():
+    grid = load_grid(grid_with(budgets=[{"tokens_per_param": 2}]))
+    runs = expand(grid)
+    params = size_params(grid, grid.sizes[0])
+    assert {r.train.tokens for r in runs} == {2 * params}
+
+
+def test_flops_budget_is_passed_to_each_variant():
+    runs = expand(load_grid(grid_with(budgets=[{"flops": 1e11}])))
+    assert {r.train.flops for r in runs} == {1e11} and {r.train.tokens for r in runs} == {None}
+
+
+@pytest.mark.parametrize(
+    "changes, fragments",
+    [
+        ({"variants": ["baseline", "ful"]}, ["unknown variant 'ful'", "did you mean 'full'"]),
+        ({"variants": [{"blok": [2]}]}, ["unknown variant 'blok'"]),
+        ({"variants": [{"block": [5]}]}, ["block N=5 is out of range for size L2-d32", "1 <= N <= 2 * n_layer = 4"]),
+        ({"variants": [{"block": [0]}]}, ["block N=0 is out of range"]),
+        ({"ladder": {"depths": [], "width_per_layer": 16, "head_dim": 16}}, ["the ladder is empty"]),
+        ({"ladder": None}, ["the ladder is empty"]),
+        ({"variants": ["full", "full"]}, ["duplicate runs", "full-L2-d32"]),
+        ({"seeds": [0, 0]}, ["duplicate runs"]),
+        ({"variants": [{"block": [2]}, "block2"]}, ["duplicate runs", "block2-L2-d32"]),
+        ({"budgets": []}, ["budgets is empty"]),
+        ({"defaults": {"model": {"n_layr": 2}}}, ["defaults", "n_layr", "n_layer"]),
+        ({"defaults": {"train": {"batch_size": "many"}}}, ["defaults", "batch_size must be an integer"]),
+        ({"budgets": [{"tokens_per_parm": 2}]}, ["tokens_per_parm", "tokens_per_param"]),
+        ({"lr": "tunned"}, ["lr must be a number"]),
+        ({"slurm": {"gpus_per_nod": 2}}, ["slurm.", "gpus_per_nod", "gpus_per_node"]),
+        ({"slurm": {"time_min": "soon"}}, ["time_min must be an integer"]),
+        ({"seedz": [1]}, ["unknown config key 'seedz'", "seeds"]),
+    ],
+)
+def test_bad_grids_are_rejected_with_a_clear_message(tmp_path, changes, fragments):
+    path = write(tmp_path, grid_with(**changes))
+    with pytest.raises(ConfigError) as err:
+        load_grid(path)
+    message = str(err.value)
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_a_bad_per_run_setting_names_the_run(tmp_path):
+    data = grid_with(ladder={"sizes": [{"n_layer": 2, "d_model": 30, "n_head": 4}]})
+    with pytest.raises(ConfigError, match="size L2-d30.*d_model=30 is not divisible by n_head=4"):
+        load_grid(write(tmp_path, data))
+
+
+def test_run_ids_are_stable_and_follow_the_config(tmp_path):
+    path = write(tmp_path, TINY)
+    first = [r.run_id for r in expand(load_grid(path))]
+    again = [r.run_id for r in expand(load_grid(path))]
+    assert first == again
+    # the same runs from a different file name and sweep name keep their ids (ids hash model+data+train)
+    assert [r.run_id for r in expand(load_grid(write(tmp_path, {**TINY, "name": "other"}, "other.yaml")))] == first
+    changed = [r.run_id for r in expand(load_grid(write(tmp_path, {**TINY, "lr": 1e-3}, "lr.yaml")))]
+    assert not set(changed) & set(first)
+    override = [r.run_id for r in expand(load_grid(path, ["train.weight_decay=0.0"]))]
+    assert not set(override) & set(first)
+    runtime = [r.run_id for r in expand(load_grid(path, ["runtime.threads=1"]))]
+    assert runtime == first
+
+
+def test_lists_expand_as_a_cross_product(tmp_path):
+    grid = load_grid(grid_with(lr=[1e-3, 3e-3], seeds=[0, 1], budgets=[{"tokens": [10000, 20000]}]))
+    runs = expand_runs(grid)
+    assert len(runs) == 2 * 2 * 2 * 3
+    assert {r.variant for r in runs} == {"baseline", "full", "block2"}
+
+
+def test_block_divisors_and_explicit_sizes(tmp_path):
+    data = grid_with(
+        variants=["baseline", {"block": "divisors"}],
+        ladder={
+            "sizes": [{"n_layer": 3, "d_model": 48, "n_head": 3, "train": {"lr": 1e-3}, "budgets": [{"tokens": 5000}]}]
+        },
+        lr=None,
+    )
+    runs = expand(load_grid(data))
+    assert sorted(r.model.n_blocks for r in runs if r.model.residual == "block") == [1, 2, 3, 6]
+    assert {r.train.lr for r in runs} == {1e-3} and {r.train.tokens for r in runs} == {5000}
+
+
+def test_lr_tuned_without_a_tuned_file_names_the_command(tmp_path):
+    path = write(tmp_path, grid_with(lr="tuned"))
+    grid = load_grid(path)  # loading validates everything else
+    with pytest.raises(ConfigError, match=r"attnres tune .*g\.yaml --results .*res"):
+        expand(grid, tmp_path / "res")
+
+
+def test_plan_prints_the_table_and_trains_nothing(tmp_path):
+    path = write(tmp_path, TINY)
+    results = tmp_path / "results"
+    out = subprocess.run(
+        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path), "--results", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for fragment in (
+        "run_id",
+        "params",
+        "tokens",
+        "FLOPs",
+        "est. time",
+        "baseline-L2-d32-s0-",
+        "full-L2-d32",
+        "block2-L2-d32",
+        "3 runs",
+    ):
+        assert fragment in out.stdout
+    assert not results.exists()
+
+
+def test_plan_rejects_a_bad_grid_with_exit_code_2(tmp_path):
+    path = write(tmp_path, grid_with(variants=["baseline", "fancy"]))
+    out = subprocess.run(
+        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2
+    assert "unknown variant 'fancy'" in out.stderr
+
+
+def test_grids_ship_in_the_package_folder():
+    assert {p.stem for p in GRID_DIR.glob("*.yaml")} >= {"smoke", "cpu_small", "paper", "block_size"}
+
+
+def test_slurm_resources_become_the_runs_runtime():
+    from sweeps.slurm import resources, slurm_groups
+
+    res = resources(
+        {
+            "gpus_per_node": 8,
+            "nodes": 2,
+            "cpus_per_task": 12,
+            "additional": {"qos": "high"},
+            "setup": ["module load cuda"],
+        }
+    )
+    assert res.runtime() == {"accelerator": "gpu", "devices": 8, "num_nodes": 2, "threads": 12, "progress_bar": False}
+    assert resources({}).runtime()["accelerator"] == "cpu"
+    with pytest.raises(ConfigError, match="tasks_per_node=2 must equal gpus_per_node=8"):
+        resources({"gpus_per_node": 8, "tasks_per_node": 2})
+    groups = slurm_groups(expand_runs(load_grid("paper")))
+    assert sorted(res.nodes for res, _, _ in groups) == [4, 6]  # one array per set of resources
+    for res, _runs, cfgs in groups:
+        assert all(
+            c.runtime.devices == 8 and c.runtime.num_nodes == res.nodes and c.runtime.accelerator == "gpu" for c in cfgs
+        )
+
+
+def test_a_batch_that_does_not_split_over_the_gpus_is_rejected_by_the_slurm_plan(tmp_path):
+    path = write(
+        tmp_path, grid_with(slurm={"gpus_per_node": 8}, defaults={**TINY["defaults"], "train": {"batch_size": 12}})
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path), "--launcher", "slurm"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "batch_size=12 does not split over its 8 devices" in out.stderr
+
+
+def test_a_missing_corpus_fails_the_sweep_before_it_starts(tmp_path):
+    from sweeps import run_grid
+
+    data = grid_with(defaults={**TINY["defaults"], "data": {"corpus": str(tmp_path / "nowhere.txt")}})
+    with pytest.raises(ConfigError, match="nowhere.txt' does not exist"):
+        run_grid(load_grid(data), tmp_path / "results", progress=False)
+    assert not (tmp_path / "results").exists()
+
+
+def test_ablation_variants_carry_their_model_settings():
+    grid = load_grid(
+        grid_with(
+            variants=[
+                "baseline",
+                {"name": "full+sigmoid", "model": {"residual": "full", "depth_score": "sigmoid"}},
+                {"model": {"residual": "block", "n_blocks": 2, "key_norm": False}},
+            ]
+        )
+    )
+    runs = expand(grid)
+    by_variant = {r.model.variant: r for r in runs}
+    assert set(by_variant) == {"baseline", "full+sigmoid", "block+no_key_norm"}
+    assert by_variant["full+sigmoid"].model.depth_score == "sigmoid"
+    assert by_variant["block+no_key_norm"].model.n_blocks == 2 and not by_variant["block+no_key_norm"].model.key_norm
+    labels = [spec.for_size(2, 4)[0][0] for spec in grid.variants]
+    assert labels == ["baseline", "full+sigmoid", "block2+no_key_norm"]
+    trial = make_run(grid, grid.sizes[0], "full+sigmoid", grid.budgets[0], 0)
+    assert trial.model.depth_score == "sigmoid"
+
+
+@pytest.mark.parametrize(
+    "variant,fragment",
+    [
+        ({"name": "x", "model": {"residual": "full", "depth_scor": "sigmoid"}}, "depth_score"),
+        ({"name": "x", "model": {"depth_score": "sigmoid"}}, "residual"),
+        ({"name": "a b", "model": {"residual": "full"}}, "without spaces"),
+        ({"name": "x", "model": {"residual": "baseline", "depth_score": "sigmoid"}}, "only apply to AttnRes"),
+    ],
+)
+def test_bad_ablation_variants_are_rejected(variant, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_grid(grid_with(variants=["baseline", variant]))
+
+
+def test_the_ablations_grid_has_the_papers_table_4_rows():
+    variants = {r.model.variant for r in expand("ablations")}
+    assert {
+        "baseline",
+        "denseformer",
+        "mhc4",
+        "full",
+        "full+input_query",
+        "full+scalar",
+        "full+sigmoid",
+        "full+no_key_norm",
+        "full+window4",
+        "block",
+        "block+heads16",
+        "block+no_key_norm",
+    } <= variants

@@ -1,0 +1,195 @@
+"""The SLURM launcher against a real single-node SLURM cluster (munged + slurmctld + slurmd) that the fixture
+starts in a temporary directory on its own ports and always stops (tests/slurm/slurm_local.sh).
+
+Skipped, with the reason, where the SLURM binaries are absent; ``.ci/run`` installs them
+(``apt-get install slurmctld slurmd slurm-client munge``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps import expand, load_grid, run_grid
+from sweeps.claim import read_status
+from sweeps.slurm import jobs_of
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = Path(__file__).parents[1] / "slurm" / "slurm_local.sh"
+BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+SEARCH_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/local/sbin"
+MISSING = [b for b in BINARIES if shutil.which(b, path=SEARCH_PATH) is None]
+if MISSING:
+    pytestmark = [
+        pytestmark,
+        pytest.mark.skip(
+            reason=f"SLURM binaries absent ({', '.join(MISSING)}); install slurmctld slurmd slurm-client munge"
+        ),
+    ]
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def run(cmd: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A throw-away SLURM cluster; yields the environment (SLURM_CONF, PATH) to run commands against it."""
+    # munged wants every directory above its socket world-executable, so not under pytest's 0700 tmp folders
+    folder = Path(tempfile.mkdtemp(prefix="attnres-slurm-"))
+    folder.chmod(0o755)
+    ctld, slurmd = free_ports(2)
+    env = {
+        **os.environ,
+        "PATH": SEARCH_PATH,
+        "SLURM_CTLD_PORT": str(ctld),
+        "SLURM_D_PORT": str(slurmd),
+        "SLURM_CRED_EXPIRE": "5",  # a requeued job may start again after 5 s instead of 120
+        "SLURM_SCHED_PARAMS": "sched_interval=1",
+    }
+    try:
+        start = run(["bash", str(SCRIPT), "start", str(folder)], env)
+        if start.returncode != 0:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted((folder / "log").glob("*.log")))
+            pytest.fail(f"the local SLURM cluster did not start:\n{start.stdout}\n{start.stderr}\n{logs}")
+        env["SLURM_CONF"] = start.stdout.strip().splitlines()[-1].split("=", 1)[1]
+        yield env
+    finally:
+        if "SLURM_CONF" in env:  # no job may outlive the cluster
+            run(["scancel", "-u", getpass.getuser()], env)
+            for _ in range(60):
+                live = run(["squeue", "-h", "-t", "running,completing", "-o", "%i"], env)
+                if not live.stdout.strip():
+                    break
+                time.sleep(0.5)
+        run(["bash", str(SCRIPT), "stop", str(folder)], env)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def attnres(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "attnres.cli", *args], env, timeout=timeout)
+
+
+def test_the_smoke_grid_as_a_job_array_finishes_every_run(cluster, tmp_path):
+    results = tmp_path / "results"
+    out = attnres(
+        cluster,
+        "sweep",
+        "run",
+        "smoke",
+        "--launcher",
+        "slurm",
+        "--results",
+        str(results),
+        "--wait",
+        "--poll",
+        "1",
+        "--timeout",
+        "500",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "submitted 6 runs as job array" in out.stdout
+    assert "6 runs: 6 trained" in out.stdout
+
+    runs = expand(load_grid("smoke"))
+    for cfg in runs:
+        run_dir = results / "smoke" / cfg.run_id
+        row = read_status(run_dir)
+        assert row["status"] == "done" and row["step"] == row["max_steps"]
+        (job,) = jobs_of(run_dir)
+        assert "_" in job  # an array task
+        log = run_dir / "slurm" / f"{job}.out"
+        assert log.is_symlink() and f"{cfg.run_id}: done" in log.read_text()
+        assert "#SBATCH --signal=USR1@" in (run_dir / "slurm" / "submission.sh").read_text()
+    assert len({jobs_of(results / "smoke" / c.run_id)[0].split("_")[0] for c in runs}) == 1  # one array
+
+    status = attnres(cluster, "sweep", "status", "smoke", "--results", str(results))
+    assert "sweep smoke: 6 runs: 6 done" in status.stdout
+    again = attnres(cluster, "sweep", "run", "smoke", "--launcher", "slurm", "--results", str(results))
+    assert again.returncode == 0 and "nothing to submit" in again.stdout
+
+
+REQUEUE_GRID = {
+    "name": "requeue",
+    "defaults": {
+        "model": {"seq_len": 64},
+        "train": {"batch_size": 16, "eval_interval": 10, "eval_tokens": 4096, "log_interval": 5},
+    },
+    "ladder": {"depths": [2], "width_per_layer": 16, "head_dim": 16},
+    "budgets": [{"tokens": 400000}],  # 391 steps
+    "variants": ["block2"],
+    "slurm": {"cpus_per_task": 1, "time_min": 10, "signal_delay_s": 60},
+}
+
+
+def test_a_signalled_task_checkpoints_requeues_and_resumes_to_the_same_result(cluster, tmp_path):
+    grid_file = tmp_path / "requeue.yaml"
+    grid_file.write_text(yaml.safe_dump(REQUEUE_GRID))
+    results = tmp_path / "results"
+    out = attnres(cluster, "sweep", "run", str(grid_file), "--launcher", "slurm", "--results", str(results))
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cfg,) = expand(load_grid(grid_file))
+    run_dir = results / "requeue" / cfg.run_id
+    (job,) = jobs_of(run_dir)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        row = read_status(run_dir)
+        if row and row["step"] >= 20:
+            break
+        time.sleep(0.1)
+    assert row and row["step"] < row["max_steps"], "the run finished before it could be signalled"
+    # what SLURM does signal_delay_s before the time limit
+    signalled = run(["scancel", "--signal=USR1", job], cluster)
+    assert signalled.returncode == 0, signalled.stderr
+
+    waited = attnres(
+        cluster,
+        "sweep",
+        "run",
+        str(grid_file),
+        "--launcher",
+        "slurm",
+        "--results",
+        str(results),
+        "--wait",
+        "--poll",
+        "1",
+        "--timeout",
+        "300",
+    )
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert "nothing to submit" in waited.stdout  # queued (requeued) runs are not submitted twice
+    row = read_status(run_dir)
+    assert row["status"] == "done"
+    log = (run_dir / "slurm" / f"{job}.out").read_text()
+    assert "received signal SIGUSR1" in log and f"job {job} requeued" in log and "resuming from" in log
+    assert list((run_dir / "checkpoints").glob("hpc_ckpt_*.ckpt"))
+    assert jobs_of(run_dir) == [job]  # requeued as the same job, not resubmitted
+
+    # the interrupted-and-requeued run ends exactly where an uninterrupted local run does (same threads)
+    local = tmp_path / "local"
+    run_grid(load_grid(grid_file), local, workers=1, threads=1, progress=False, log=lambda _: None)
+    reference = read_status(local / "requeue" / cfg.run_id)
+    assert (row["step"], row["val_loss"]) == (reference["step"], reference["val_loss"])

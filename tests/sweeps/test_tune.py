@@ -1,0 +1,232 @@
+"""``attnres tune``: a few Optuna trials per (size, variant), the tuned file, and grids with ``lr: tuned``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnres.config import ConfigError
+from sweeps import expand, load_grid
+from sweeps.claim import read_status
+
+GRID = {
+    "name": "tinytune",
+    "defaults": {"model": {"seq_len": 64}, "train": {"batch_size": 16, "eval_interval": 10, "eval_tokens": 4096}},
+    "ladder": {"depths": [2], "width_per_layer": 16, "head_dim": 16},
+    "budgets": [{"tokens": 30000}],
+    "variants": ["baseline", "full", {"block": [2]}],
+    "seeds": [0],
+    "lr": "tuned",
+    "tune": {
+        "budget": {"tokens": 16000},
+        "trials": 2,
+        "lr": [1e-3, 1e-2],
+        "pruner": {"type": "median", "startup_trials": 1},
+        "eval_interval": 5,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tune")
+    grid_file = folder / "tinytune.yaml"
+    grid_file.write_text(yaml.safe_dump(GRID))
+    results = folder / "results"
+    from sweeps.tuning import tune
+
+    best = tune(load_grid(grid_file), results, variants=["baseline", "full"], threads=1, log=lambda _: None)
+    return grid_file, results, best
+
+
+def test_tune_writes_the_best_values_per_size_and_variant(tuned):
+    grid_file, results, best = tuned
+    assert set(best) == {("L2-d32", "baseline"), ("L2-d32", "full")}
+    path = results / "tinytune-tune" / "tuned.yaml"
+    data = yaml.safe_load(path.read_text())
+    entry = data["sizes"]["L2-d32"]["baseline"]
+    assert 1e-3 <= entry["lr"] <= 1e-2 and entry["trials"] == 2 and entry["complete"] + entry["pruned"] == 2
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(results / "tinytune-tune" / "optuna.journal")))
+    study = optuna.load_study(study_name="tinytune/L2-d32/baseline", storage=storage)
+    assert study.best_value == entry["val_loss"] and study.best_params["lr"] == entry["lr"]
+    # the trials are ordinary runs in their own sweep folder, apart from the study's runs
+    trial_dirs = [p for p in (results / "tinytune-tune").iterdir() if (p / "run.parquet").exists()]
+    assert len(trial_dirs) == 4
+    assert {read_status(p)["sweep"] for p in trial_dirs} == {"tinytune-tune"}
+    assert read_status(results / "tinytune-tune" / entry["run_id"])["val_loss"] == pytest.approx(entry["val_loss"])
+    assert (results / "tinytune-tune" / "optuna.journal").exists()
+    assert not (results / "tinytune").exists()
+
+
+def test_a_grid_with_lr_tuned_picks_the_values_up(tuned):
+    grid_file, results, _ = tuned
+    data = yaml.safe_load((results / "tinytune-tune" / "tuned.yaml").read_text())["sizes"]["L2-d32"]
+    runs = {r.model.residual: r for r in expand(load_grid(grid_file), results)}
+    assert runs["baseline"].train.lr == data["baseline"]["lr"]
+    assert runs["full"].train.lr == data["full"]["lr"]  # tuned on its own
+    assert runs["block"].train.lr == data["baseline"]["lr"]  # not tuned: the baseline's (the paper's protocol)
+    shared = yaml.safe_load(grid_file.read_text()) | {"lr": "tuned-baseline"}
+    runs = expand(load_grid(shared), results)
+    assert {r.train.lr for r in runs} == {data["baseline"]["lr"]}
+
+
+def test_tuning_again_tops_up_instead_of_starting_over(tuned):
+    grid_file, results, _ = tuned
+    before = sorted(p.name for p in (results / "tinytune-tune").iterdir())
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnres.cli",
+            "tune",
+            str(grid_file),
+            "--results",
+            str(results),
+            "--variants",
+            "baseline",
+            "full",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "tuned 2 (size, variant) pair(s)" in out.stdout
+    assert sorted(p.name for p in (results / "tinytune-tune").iterdir()) == before  # no new trial
+
+
+def test_an_untuned_size_is_a_clear_error(tuned, tmp_path):
+    grid_file, results, _ = tuned
+    bigger = yaml.safe_load(grid_file.read_text())
+    bigger["ladder"] = {"depths": [2, 3], "width_per_layer": 16, "head_dim": 16}
+    with pytest.raises(ConfigError, match=r"no value for size L3-d48.*attnres tune"):
+        expand(load_grid(bigger), results)
+
+
+def test_tune_needs_a_budget(tmp_path):
+    data = dict(GRID)
+    data["tune"] = {"trials": 2}
+    from sweeps.tuning import tune
+
+    with pytest.raises(ConfigError, match="tune.budget is missing"):
+        tune(load_grid(data), Path(tmp_path))
+
+
+def test_a_pruned_trial_stops_its_run_part_way(tmp_path, monkeypatch):
+    import optuna
+
+    import sweeps.tuning as tune_module
+
+    monkeypatch.setattr(tune_module, "_pruner", lambda grid: optuna.pruners.ThresholdPruner(upper=0.0))  # prune at once
+    data = {**GRID, "name": "prune", "tune": {**GRID["tune"], "trials": 1}}
+    best = tune_module.tune(load_grid(data), tmp_path, threads=1, log=lambda _: None)
+    assert best == {}  # nothing complete, nothing written
+    assert not (tmp_path / "prune-tune" / "tuned.yaml").exists()
+    (trial,) = [p for p in (tmp_path / "prune-tune").iterdir() if (p / "run.parquet").exists()]
+    row = read_status(trial)
+    assert row["status"] == "running" and row["step"] == 5 < row["max_steps"]  # stopped at its first evaluation
+
+
+KILLED_TUNER = """
+import os, sys
+import sweeps.tuning as tune
+from sweeps import load_grid
+
+make_callback = tune.pruning_callback
+
+
+def dies_at_step_10(trial):
+    callback = make_callback(trial)
+    report = callback.on_validation_end
+
+    def on_validation_end(trainer, module):
+        report(trainer, module)
+        if trainer.global_step >= 10:  # after the step-5 checkpoint, before this evaluation's
+            os._exit(9)  # like SIGKILL: no clean-up, the trial stays RUNNING in the journal
+
+    callback.on_validation_end = on_validation_end
+    return callback
+
+
+tune.pruning_callback = dies_at_step_10
+tune.tune(load_grid(sys.argv[1]), sys.argv[2], threads=1)
+"""
+
+
+def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path, capsys):
+    import optuna
+
+    import sweeps.tuning as tune_module
+    from sweeps.tuning import storage_for
+
+    data = {**GRID, "name": "killed", "tune": {**GRID["tune"], "trials": 1, "pruner": "none"}}
+    grid_file = tmp_path / "killed.yaml"
+    grid_file.write_text(yaml.safe_dump(data))
+    results = tmp_path / "results"
+    died = subprocess.run(
+        [sys.executable, "-c", KILLED_TUNER, str(grid_file), str(results)], capture_output=True, text=True, timeout=300
+    )
+    assert died.returncode == 9, died.stderr
+
+    def runs() -> list[Path]:
+        return [p for p in (results / "killed-tune").iterdir() if (p / "run.parquet").exists()]
+
+    (run_dir,) = runs()
+    assert read_status(run_dir)["status"] == "running"  # interrupted part way
+    grid = load_grid(grid_file)
+    study = optuna.load_study(study_name="killed/L2-d32/baseline", storage=storage_for(grid, results, None))
+    (lost,) = study.get_trials()
+    assert lost.state == optuna.trial.TrialState.RUNNING
+
+    said = []
+    best = tune_module.tune(grid, results, threads=1, log=said.append)
+    assert any("trial(s) 0 were interrupted; their values go first" in line for line in said), said
+    assert runs() == [run_dir]  # no new point: the same run
+    row = read_status(run_dir)
+    assert row["status"] == "done"
+    assert (
+        f"{run_dir.name}: resuming from" in capsys.readouterr().out
+    )  # (pytest's capture, not train.log, gets it here)
+    lost, retry = study.get_trials()
+    assert lost.state == optuna.trial.TrialState.FAIL
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params == lost.params
+    assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["run_id"] == run_dir.name
+    assert best[("L2-d32", "baseline")]["lr"] == lost.params["lr"]
+    assert best[("L2-d32", "baseline")]["val_loss"] == row["val_loss"]
+
+
+def test_only_the_trials_of_a_tuner_that_is_gone_are_retried(tmp_path):
+    import optuna
+
+    from attnres.storage import locks
+    from sweeps.tuning import TUNERS_DIR, retry_abandoned
+
+    study = optuna.create_study()
+    live, gone, unnamed = study.ask(), study.ask(), study.ask()
+    for trial, tuner in ((live, "live"), (gone, "gone"), (unnamed, None)):
+        trial.suggest_float("lr", 1e-3, 1e-2, log=True)
+        if tuner:
+            trial.set_user_attr("tuner", tuner)
+    with locks.exclusive(tmp_path / TUNERS_DIR / "gone"):
+        pass  # a tuner that lived and died
+    with locks.exclusive(tmp_path / TUNERS_DIR / "live"):  # another tuner, still training its trial
+        assert retry_abandoned(study, tmp_path) == [1]
+    states = [t.state for t in study.get_trials()]
+    assert states == [
+        optuna.trial.TrialState.RUNNING,
+        optuna.trial.TrialState.FAIL,
+        optuna.trial.TrialState.RUNNING,
+        optuna.trial.TrialState.WAITING,
+    ]
+    retry = study.ask()  # the enqueued one comes first, with the lost trial's value
+    assert retry.user_attrs == {"retry_of": 1} and retry.suggest_float("lr", 1e-3, 1e-2, log=True) == gone.params["lr"]
