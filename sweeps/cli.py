@@ -9,15 +9,20 @@ import argparse
 import sys
 
 
-def _grid_arguments(parser: argparse.ArgumentParser) -> None:
+def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> None:
+    from sweeps.grid import shipped_grids
+
     parser.add_argument(
         "grid",
         metavar="GRID",
-        help="a grid YAML file, or the name of a shipped grid (smoke, cpu_small, paper, block_size)",
+        nargs="?" if optional else None,
+        help=f"a grid YAML file, or the name of a shipped grid ({', '.join(shipped_grids())})"
+        + ("; without one, every sweep found under RESULTS" if optional else ""),
     )
     parser.add_argument(
         "overrides",
         nargs="*",
+        default=[],  # not listed as required when GRID is missing
         metavar="key=value",
         help="settings applied to every run after the grid (e.g. data.corpus=/data/text.txt); "
         "they change run ids like any config change",
@@ -78,9 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(func=cmd_run)
 
     status = commands.add_parser(
-        "status", help="done / running / queued / interrupted / failed / diverged for every run"
+        "status", help="done / running / queued / interrupted / failed / diverged / unreadable for every run"
     )
-    _grid_arguments(status)
+    _grid_arguments(status, optional=True)
     status.set_defaults(func=cmd_status)
 
     tune = sub.add_parser(
@@ -111,16 +116,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from sweeps.grid import load_grid
-    from sweeps.plan import format_plan, parallelism, plan
+    from sweeps.plan import format_plan, parallelism, plan, tuning_plan
 
     grid = load_grid(args.grid, args.overrides)
     rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
+    tuning = tuning_plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
     print(
         f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x "
         "variants x lr x "
         f"{len(grid.seeds)} seed(s)) -> {args.results}/{grid.name}/"
     )
-    print(format_plan(grid, rows, launcher=args.launcher, parallel=parallelism(grid, args.launcher, len(rows))))
+    parallel = parallelism(grid, args.launcher, len(rows))
+    print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning))
     corpus = {r for r in {(grid.defaults.get("data") or {}).get("corpus")} if r and r != "builtin"}
     from pathlib import Path
 
@@ -174,10 +181,23 @@ def _print_problems(summary) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from sweeps.grid import expand_runs, load_grid
-    from sweeps.status import format_status, sweep_status
+    from sweeps.status import folder_states, format_status, results_summary, sweep_status
+    from sweeps.tuned_values import TunedValuesMissing
 
+    if args.grid is None:
+        lines = results_summary(args.results)
+        print("\n".join(lines) if lines else f"no runs under {args.results}/ yet; name a grid to see its plan")
+        return 0
     grid = load_grid(args.grid, args.overrides)
-    planned = expand_runs(grid, args.results)
+    try:
+        planned = expand_runs(grid, args.results)
+    except TunedValuesMissing as err:  # the grid's runs are not known before tuning: show what exists
+        print(format_status(folder_states(args.results, grid.name), grid.name))
+        tuning = folder_states(args.results, grid.tune_sweep)
+        if tuning:
+            print(format_status(tuning, grid.tune_sweep).splitlines()[-1])
+        print(f"note: {err}")
+        return 0
     print(format_status(sweep_status(planned, args.results), grid.name))
     return 0
 

@@ -15,6 +15,7 @@ This module imports no torch (plans and status stay fast). The grid format is do
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import math
 from collections import Counter
@@ -173,7 +174,8 @@ class Grid:
 
     def tune_command(self, results: str | Path) -> str:
         """The ``attnres tune`` command that writes :meth:`tuned_file` under ``results``."""
-        return f"attnres tune {self.path or self.name} --results {results}"
+        shipped = self.path is not None and self.path.resolve().parent == GRID_DIR
+        return f"attnres tune {self.name if shipped or self.path is None else self.path} --results {results}"
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,7 @@ class PlannedRun:
     variant: str  # baseline | full | block<N>
     budget: BudgetSpec
     slurm: Mapping[str, Any]
+    to_be_tuned: bool = False  # lr: tuned before `attnres tune` ran: cfg holds a stand-in lr, and so its run id
 
     @property
     def run_id(self) -> str:
@@ -224,6 +227,11 @@ def tokens_for(params: int, budget: BudgetSpec) -> dict[str, float | int | None]
 # ------------------------------------------------------------------------------------------------------------
 
 
+def shipped_grids() -> list[str]:
+    """The names of the grid files shipped in sweeps/ (``attnres sweep run NAME``)."""
+    return sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
+
+
 def resolve_grid_path(path_or_name: str | Path) -> Path:
     """A grid file: a path, or the name of a grid shipped in sweeps/ (``smoke`` -> sweeps/smoke.yaml)."""
     path = Path(path_or_name)
@@ -232,8 +240,7 @@ def resolve_grid_path(path_or_name: str | Path) -> Path:
     shipped = GRID_DIR / f"{path.name}.yaml" if path.suffix == "" else GRID_DIR / path.name
     if len(path.parts) == 1 and shipped.is_file():
         return shipped
-    known = sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
-    raise ConfigError(f"grid file {str(path_or_name)!r} does not exist; shipped grids: {', '.join(known)}")
+    raise ConfigError(f"grid file {str(path_or_name)!r} does not exist; shipped grids: {', '.join(shipped_grids())}")
 
 
 def load_grid(path_or_name: str | Path | Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Grid:
@@ -637,18 +644,25 @@ def _check_duplicates(runs: list[PlannedRun]) -> None:
         )
 
 
-def expand_runs(grid: Grid, results: str | Path | None = None) -> list[PlannedRun]:
+def expand_runs(grid: Grid, results: str | Path | None = None, untuned_ok: bool = False) -> list[PlannedRun]:
     """Every run of the grid with its origin (size, variant, budget, SLURM resources).
 
     With ``lr: tuned`` the tuned values are read from :meth:`Grid.tuned_file` under ``results`` (default
-    ``./results``); a missing file or value is a :class:`ConfigError` naming the ``attnres tune`` command.
+    ``./results``); a missing file or value is a :class:`ConfigError` naming the ``attnres tune`` command. With
+    ``untuned_ok`` (a plan, which trains nothing) a missing file gives the runs with a stand-in lr, marked
+    ``to_be_tuned``.
     """
     tuned = None
     if isinstance(grid.lr, str):
-        from sweeps.tuned_values import read_tuned
+        from sweeps.tuned_values import TunedValuesMissing, read_tuned
 
         results = results if results is not None else "results"
-        tuned = read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results))
+        try:
+            tuned = read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results))
+        except TunedValuesMissing:
+            if not untuned_ok:
+                raise
+            return [dataclasses.replace(r, to_be_tuned=True) for r in _expand(grid, None)]
     try:
         return _expand(grid, tuned)
     except ConfigError as err:

@@ -1,5 +1,8 @@
 """The local launcher: a few worker processes train the runs of a sweep one after another, with one progress bar.
 
+The bar counts optimizer steps over every run this pass trains (so its ETA moves during a long run), and names the
+runs in training with their steps; workers report their step about once a second through their pipe.
+
 Each worker is a separate process (multiprocessing, spawn) that imports torch once and trains the runs the
 launcher hands it, with ``runtime.threads = cores // workers`` so the workers do not oversubscribe the CPU.
 A run's output goes to ``RUN_DIR/train.log``. Workers die with the launcher (``PR_SET_PDEATHSIG``), so
@@ -134,6 +137,24 @@ def _die_with_parent() -> None:
         return
 
 
+STEP_REPORT_S = 1.0  # how often a worker tells the launcher its run's step
+
+
+def _step_reporter(conn: Connection, index: int):
+    """A Lightning callback that sends ``("step", index, step)`` to the launcher at most every STEP_REPORT_S."""
+    from lightning.pytorch.callbacks import Callback
+
+    class StepReporter(Callback):
+        last = 0.0
+
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if time.monotonic() - self.last >= STEP_REPORT_S:
+                self.last = time.monotonic()
+                conn.send(("step", index, trainer.global_step))
+
+    return StepReporter()
+
+
 def _worker(conn: Connection, parent: int) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the launcher died before we could ask
@@ -147,7 +168,8 @@ def _worker(conn: Connection, parent: int) -> None:
         if task is None:
             return
         index, cfg, run_dir = task
-        outcome = train_claimed(cfg, run_dir, log_file=Path(run_dir) / LOG_FILE)
+        callbacks = [_step_reporter(conn, index)]
+        outcome = train_claimed(cfg, run_dir, log_file=Path(run_dir) / LOG_FILE, callbacks=callbacks)
         conn.send((index, outcome))
 
 
@@ -199,7 +221,8 @@ def run_local(
     if pending:
         runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
-        launcher = _Launcher(runs, dirs, outcomes, pending, _progress(len(runs), skipped, sweep, progress), log, poll_s)
+        launcher = _Launcher(runs, dirs, outcomes, pending, log, poll_s)
+        launcher.bar = _progress(launcher.total_steps, launcher.steps_done, sweep, progress)
         interrupted = launcher.run(workers)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
         if i not in outcomes:
@@ -220,9 +243,14 @@ def _finished(cfg: RunConfig, run_dir: Path, row: dict, error: str | None = None
 class _Launcher:
     """The worker pool of one ``run_local`` pass: hands out runs, collects outcomes, replaces dead workers."""
 
-    def __init__(self, runs, dirs, outcomes, pending, bar, log, poll_s) -> None:
+    def __init__(self, runs, dirs, outcomes, pending, log, poll_s) -> None:
+        from attnres.costs import run_budget
+
         self.runs, self.dirs, self.outcomes, self.pending = runs, dirs, outcomes, pending
-        self.bar, self.log, self.poll_s = bar, log, poll_s
+        self.bar, self.log, self.poll_s = None, log, poll_s
+        self.max_steps = {i: run_budget(runs[i]).steps for i in pending}
+        self.step = {i: (read_status(dirs[i]) or {}).get("step") or 0 for i in pending}  # resumed runs start there
+        self.total_steps, self.steps_done = sum(self.max_steps.values()), sum(self.step.values())
         self.deferred: dict[int, float] = {}  # run index -> when it was found busy
         self.pool: list[_Worker] = []
         self.ctx = mp.get_context("spawn")
@@ -258,11 +286,23 @@ class _Launcher:
         child.close()
         return _Worker(process, parent)
 
+    def advance(self, index: int, step: int) -> None:
+        """Move the bar to ``index``'s new step (and say which runs train, at which step)."""
+        step = min(step, self.max_steps.get(index, step))
+        before = self.step.get(index, 0)
+        self.step[index] = max(step, before)
+        if self.bar is not None and index in self.max_steps:
+            self.bar.update(self.step[index] - before)
+            active = [f"{self.runs[i].run_id} {self.step[i]}/{self.max_steps[i]}" for i in self.training()]
+            self.bar.set_postfix_str(", ".join([_postfix(self.outcomes.values()), *active]), refresh=True)
+
+    def training(self) -> list[int]:
+        return [w.task for w in self.pool if w.task is not None]
+
     def finish(self, index: int, outcome: RunOutcome) -> None:
         self.outcomes[index] = outcome
         if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(_postfix(self.outcomes.values()), refresh=True)
+            self.advance(index, self.max_steps.get(index, 0))  # done, diverged or failed: its steps are spent
         else:
             val = f" val_loss {outcome.val_loss:.4f}" if outcome.val_loss is not None else ""
             why = f" ({outcome.error})" if outcome.error and outcome.status == "failed" else ""
@@ -301,10 +341,14 @@ class _Launcher:
             died = False
             if w.conn in ready:
                 try:
-                    index, outcome = w.conn.recv()
+                    message = w.conn.recv()
                 except (EOFError, OSError):  # the worker died (its end of the pipe closed)
                     died = True
                 else:
+                    if message[0] == "step":
+                        self.advance(message[1], message[2])
+                        continue
+                    index, outcome = message
                     w.task = None
                     if outcome.status == "busy":
                         self.deferred[index] = time.monotonic()
@@ -370,7 +414,7 @@ def _progress(total: int, initial: int, sweep: str, enabled: bool):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=f"sweep {sweep}", unit="run", file=sys.stderr, dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, desc=f"sweep {sweep}", unit="step", file=sys.stderr, dynamic_ncols=True)
 
 
 def _postfix(outcomes) -> str:

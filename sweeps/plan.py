@@ -1,10 +1,14 @@
 """The plan of a sweep: the table of its runs (sizes, budgets, FLOPs, estimated time) without training anything.
 
 Time estimates are the run's FLOPs (training plus evaluation) divided by a throughput, plus a fixed overhead
-per run (:data:`OVERHEAD_S`). The throughput is the ``--flops-per-s`` flag if given; else measured on finished
-runs of the sweep in the results directory (``tokens_per_s x flops_per_token``; a run of the same shape first,
-else the median over runs on the same kind of device); else a documented default (:data:`DEFAULT_FLOPS_PER_S`).
-No torch.
+per run (:data:`OVERHEAD_S`) and, with the default CPU throughput, per step (:data:`STEP_OVERHEAD_S`: small models
+are overhead-bound). The throughput is the ``--flops-per-s`` flag if given; else measured on finished runs of the
+sweep in the results directory (``tokens_per_s x flops_per_token``, which already holds the per-step overhead; a
+run of the same shape first, else the median over runs on the same kind of device); else a default
+(:data:`DEFAULT_FLOPS_PER_S`), fitted to the committed CPU study's runs.
+
+A grid with ``lr: tuned`` planned before ``attnres tune`` ran shows its runs with the learning rate "tuned" (their
+run ids are not known until then) and the tuning runs that come first. No torch.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from sweeps.claim import read_status
 from sweeps.grid import Grid, PlannedRun, expand_runs
 
 DEFAULT_FLOPS_PER_S = {
-    # Sustained training FLOP/s of one run by the project's FLOP counter (not peak). CPU: 2 cores / 2 threads of
-    # a laptop-class x86 core at d_model 64-128 (measured 20-100 GFLOP/s; small models are overhead-bound).
-    "cpu": 3e10,
+    # Sustained training FLOP/s of one run by the project's FLOP counter (not peak). CPU: 2 threads of a laptop- or
+    # server-class x86 core pair; with STEP_OVERHEAD_S, a least-squares fit of wall_s = a + steps * s + FLOPs / R to
+    # the 81 finished runs of studies/cpu_small (d_model 48-112): R = 9.5e10, s = 11.5 ms, a = 3.3 s.
+    "cpu": 9.5e10,
     # One GPU: an A100/H100-class device in bf16 at ~30-40 % of its dense peak; multiplied by the GPUs of a run.
     "gpu": 1.5e14,
 }
@@ -29,6 +34,9 @@ DEFAULT_FLOPS_PER_S = {
 
 # Fixed cost of a run beyond its FLOPs: process start, data, checkpoints (CPU); plus compile / NCCL set-up (GPU).
 OVERHEAD_S = {"cpu": 3.0, "gpu": 60.0}
+# Per optimizer step beyond its FLOPs with the default CPU throughput (Python, the optimizer, logging): see above.
+STEP_OVERHEAD_S = {"cpu": 0.0115, "gpu": 0.0}
+TO_BE_TUNED = "tuned"  # the lr column of a run whose learning rate `attnres tune` has not chosen yet
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class PlanRow:
     est_s: float
     rate_source: str  # default | calibrated | given
     status: str | None  # the run's status in the results directory, if it exists
+    to_be_tuned: bool = False  # lr: tuned, not tuned yet (lr and run id are stand-ins)
 
 
 def eval_flops(run: PlannedRun) -> float:
@@ -89,13 +98,39 @@ def measured_rates(results: str | Path | None, sweep: str) -> dict[tuple, float]
 def plan(
     grid: Grid, results: str | Path | None = None, launcher: str = "local", flops_per_s: float | None = None
 ) -> list[PlanRow]:
-    """One row per run of the grid, in grid order."""
-    runs = expand_runs(grid, results)
+    """One row per run of the grid, in grid order (a grid not tuned yet: its runs with a stand-in lr)."""
+    runs = expand_runs(grid, results, untuned_ok=True)
     if launcher == "slurm":
         from sweeps.slurm import slurm_groups
 
         slurm_groups(runs)  # the batch must split over each run's GPUs
-    rates = measured_rates(results, grid.name)
+    return plan_rows(runs, measured_rates(results, grid.name), results, launcher, flops_per_s)
+
+
+def tuning_plan(
+    grid: Grid, results: str | Path | None = None, launcher: str = "local", flops_per_s: float | None = None
+) -> list[PlanRow]:
+    """The trials ``attnres tune`` trains before a grid with ``lr: tuned`` can run (none once it has run): for
+    every size and tuned variant, ``tune.trials`` runs at ``tune.budget`` (pruned trials stop earlier)."""
+    from sweeps.grid import make_run, variant_labels
+
+    if not isinstance(grid.lr, str) or grid.tune.budget is None:
+        return []
+    if grid.tuned_file(results if results is not None else "results").is_file():
+        return []
+    runs = []
+    for size in grid.sizes:
+        known = variant_labels(grid, size)
+        for label in [v for v in grid.tune.variants if v == "baseline" or v in known]:
+            cfg = make_run(grid, size, label, grid.tune.budget, grid.seeds[0], sweep=grid.tune_sweep)
+            run = PlannedRun(cfg, size, label, grid.tune.budget, {}, to_be_tuned=True)
+            runs += [run] * grid.tune.trials
+    return plan_rows(runs, measured_rates(results, grid.tune_sweep), None, launcher, flops_per_s)
+
+
+def plan_rows(
+    runs: list[PlannedRun], rates: dict, results: str | Path | None, launcher: str, flops_per_s: float | None
+) -> list[PlanRow]:
     rows = []
     for run in runs:
         cfg = run.cfg
@@ -118,8 +153,9 @@ def plan(
         else:
             rate, source = DEFAULT_FLOPS_PER_S[kind] * max(1, devices), "default"
         total = budget.flops + eval_flops(run)
+        per_step = STEP_OVERHEAD_S[kind] if source == "default" else 0.0
         status = None
-        if results is not None:
+        if results is not None and not run.to_be_tuned:
             row = read_status(Path(results) / cfg.sweep / cfg.run_id)
             status = row["status"] if row else None
         rows.append(
@@ -134,9 +170,10 @@ def plan(
                 budget.tokens,
                 budget.steps,
                 budget.flops,
-                total / rate + OVERHEAD_S[kind],
+                total / rate + OVERHEAD_S[kind] + per_step * budget.steps,
                 source,
                 status,
+                run.to_be_tuned,
             )
         )
     return rows
@@ -159,21 +196,23 @@ def human_count(value: float) -> str:
     return f"{value:.3g}"
 
 
-def format_plan(grid: Grid, rows: list[PlanRow], launcher: str = "local", parallel: int = 1) -> str:
-    """The plan as a fixed-width table with a totals line."""
+def format_plan(
+    grid: Grid, rows: list[PlanRow], launcher: str = "local", parallel: int = 1, tuning: list[PlanRow] = ()
+) -> str:
+    """The plan as a fixed-width table with a totals line (and the tuning that comes first, if any)."""
     header = ("run_id", "variant", "N", "params", "tokens", "steps", "FLOPs", "lr", "seed", "est. time", "status")
     table = [header]
     for r in rows:
         table.append(
             (
-                r.run_id,
+                r.run_id.rsplit("-", 1)[0] + "-?" if r.to_be_tuned else r.run_id,
                 r.variant,
                 "-" if r.n_blocks is None else str(r.n_blocks),
                 human_count(r.params),
                 human_count(r.tokens),
                 str(r.steps),
                 f"{r.flops:.3g}",
-                f"{r.lr:.3g}",
+                TO_BE_TUNED if r.to_be_tuned else f"{r.lr:.3g}",
                 str(r.seed),
                 human_time(r.est_s),
                 r.status or "-",
@@ -189,12 +228,23 @@ def format_plan(grid: Grid, rows: list[PlanRow], launcher: str = "local", parall
         f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
         f"for the unfinished runs ({how}; throughput: {'/'.join(sources)}"
         + (
-            f", {DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s per CPU run"
+            f", {DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s and {1e3 * STEP_OVERHEAD_S['cpu']:.3g} ms per step per CPU run"
             if "default" in sources and launcher == "local"
             else ""
         )
         + "; see --flops-per-s)"
     )
+    if any(r.to_be_tuned for r in rows):
+        lines.append(
+            f"lr {grid.lr}: the learning rates come from `{grid.tune_command('RESULTS')}`, which has not run yet; "
+            "the run ids (-?) are known after it"
+        )
+    if tuning:
+        tune_s = sum(r.est_s for r in tuning) / max(1, parallel)
+        lines.append(
+            f"tuning first: {len(tuning)} trial runs ({grid.tune.trials} per size and tuned variant, "
+            f"{grid.tune.budget.label}, at most; pruned trials stop early), estimated {human_time(tune_s)}"
+        )
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ queued         its SLURM job is pending (or requeued), or it has not started yet
 interrupted    stopped part way (killed, pre-empted, job ended): the next ``sweep run`` resumes it from its checkpoint
 failed         raised an error (in ``run.parquet``'s error column), or its SLURM job ended before training it;
                the next ``sweep run`` tries it again
+unreadable     its ``run.parquet`` exists but cannot be read (truncated, another schema version): the next
+               ``sweep run`` trains it again
 =============  ==================================================================================================
 
 No torch.
@@ -26,11 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnres.storage.schema import RUN_FILE
+from attnres.variants import Variant
 from sweeps.claim import is_locked, read_status
 from sweeps.grid import PlannedRun
 from sweeps.slurm import PENDING, job_alive, jobs_of, squeue_states
 
-STATES = ("done", "running", "queued", "interrupted", "failed", "diverged")
+STATES = ("done", "running", "queued", "interrupted", "failed", "diverged", "unreadable")
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,11 @@ class RunState:
 
 def run_state(run: PlannedRun, results: str | Path, queue: dict[str, str] | None) -> RunState:
     """The state of one planned run (``queue``: :func:`sweeps.slurm.squeue_states`, or None)."""
-    run_dir = Path(results) / run.cfg.sweep / run.cfg.run_id
+    return folder_state(Path(results) / run.cfg.sweep / run.cfg.run_id, run.size.name, run.variant, queue)
+
+
+def folder_state(run_dir: Path, size: str, variant: str, queue: dict[str, str] | None) -> RunState:
+    """The state of the run in ``run_dir`` (which may not exist yet)."""
     row = read_status(run_dir)
     jobs = jobs_of(run_dir)
     job = jobs[-1] if jobs else None
@@ -71,14 +79,16 @@ def run_state(run: PlannedRun, results: str | Path, queue: dict[str, str] | None
     elif status == "running":
         ended = f"SLURM job {job} ended" + (f" ({job_state})" if job_state else "") if job else "stopped"
         state, detail = "interrupted", f"{ended} at {progress}; resumes on the next `sweep run`"
+    elif (run_dir / RUN_FILE).exists():  # a row that cannot be trusted: trained again, so say so
+        state, detail = "unreadable", f"{run_dir / RUN_FILE} cannot be read; the next `sweep run` trains it again"
     elif job and queue is not None:  # its job is gone and never wrote a status: it failed before training
         state, detail = "failed", f"SLURM job {job} ended without training it; see {run_dir / 'slurm' / job}.out"
     else:
         state, detail = "queued", "not started"
     return RunState(
-        run.cfg.run_id,
-        run.size.name,
-        run.variant,
+        run_dir.name,
+        size,
+        variant,
         state,
         step,
         max_steps,
@@ -98,6 +108,24 @@ def sweep_status(planned: list[PlannedRun], results: str | Path) -> list[RunStat
     return [run_state(r, results, queue) for r in planned]
 
 
+def folder_states(results: str | Path, sweep: str) -> list[RunState]:
+    """The states of the run folders that exist under ``RESULTS/<sweep>`` (what is there, without a grid)."""
+    states = []
+    for run_dir in sorted(p for p in (Path(results) / sweep).glob("*") if (p / RUN_FILE).exists() or is_locked(p)):
+        row = read_status(run_dir) or {}
+        size = f"L{row['n_layer']}-d{row['d_model']}" if row else "-"
+        variant = Variant(row["variant"], row.get("n_blocks")).label if row else "-"
+        states.append(folder_state(run_dir, size, variant, None))
+    return states
+
+
+def results_summary(results: str | Path) -> list[str]:
+    """One line per sweep folder under ``results``: its runs by state."""
+    root = Path(results)
+    sweeps = sorted(p.name for p in root.glob("*") if p.is_dir() and any(p.glob(f"*/{RUN_FILE}")))
+    return [summary_line(folder_states(root, name), name) for name in sweeps]
+
+
 def summary_line(states: list[RunState], sweep: str) -> str:
     counts = Counter(s.state for s in states)
     return f"sweep {sweep}: {len(states)} runs: " + ", ".join(
@@ -106,6 +134,8 @@ def summary_line(states: list[RunState], sweep: str) -> str:
 
 
 def format_status(states: list[RunState], sweep: str) -> str:
+    if not states:
+        return summary_line(states, sweep)
     header = ("run_id", "variant", "state", "step", "val_loss", "detail")
     rows = [header] + [
         (
@@ -146,7 +176,7 @@ def wait_for(
         }
         finished = all(
             s.state in ("done", "diverged")
-            or (s.state in ("failed", "interrupted", "queued") and s.run_id in gone_now & gone_before)
+            or (s.state in ("failed", "interrupted", "queued", "unreadable") and s.run_id in gone_now & gone_before)
             for s in states
         )
         line = summary_line(states, planned[0].cfg.sweep if planned else "sweep")

@@ -28,6 +28,10 @@ from attnres.config import ConfigError
 APPLIED = ("lr", "warmup_frac", "beta2")  # the train.* fields a tuned entry may set
 
 
+class TunedValuesMissing(ConfigError):
+    """A grid with ``lr: tuned`` whose tuned file does not exist yet (``attnres tune`` has not run)."""
+
+
 def read_tuned(path: Path, lr: str, command: str) -> dict[str, Any]:
     """The tuned file at ``path`` (a grid's ``tuned_file``, for its ``lr`` setting); a :class:`ConfigError` naming
     ``command`` (the ``attnres tune`` that writes it) if it is missing or unreadable."""
@@ -35,7 +39,7 @@ def read_tuned(path: Path, lr: str, command: str) -> dict[str, Any]:
 
     hint = f"run `{command}` first (or set lr to a value)"
     if not path.is_file():
-        raise ConfigError(f"lr: {lr} needs tuned values, but {path} does not exist; {hint}")
+        raise TunedValuesMissing(f"lr: {lr} needs tuned values, but {path} does not exist; {hint}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:

@@ -58,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         # interpreter's final flush of stdout from raising again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as err:
+        if err.filename is None:  # not about a path the user gave: a bug or the machine, keep the traceback
+            raise
+        where = err.filename + (f" -> {err.filename2}" if err.filename2 else "")
+        print(f"attnres {args.command}: error: cannot write or read {where}: {err.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

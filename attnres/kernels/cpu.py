@@ -7,8 +7,11 @@ faster on CPU, so CPU training uses these and GPU training those. What they buy 
 variants of ``benchmarks/bench_step.py`` (docs/performance.md).
 
 It is compiled with ``torch.utils.cpp_extension`` the first time the depth attention runs on CPU in fp32 in a
-process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per machine type and torch version; later processes
-load the build). It needs a C++ compiler and ninja (a dependency of this package). If the build fails, one warning
+process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per build key; later processes load the build). The
+key is what the build depends on: the torch version, the CPU type, the source and the flags; a change of any gives a
+new folder, so a build happens exactly when the folder has no module yet, and says so. It needs a C++ compiler and
+ninja: always the ninja of this package's environment (a dependency), never whichever is first on PATH, because
+two ninja versions read each other's build log as stale and rebuild everything. If the build fails, one warning
 says why and the eager code of :mod:`attnres.kernels.two_phase` runs instead, with the same results to rounding.
 ``ATTNRES_NATIVE=0`` turns the kernels off. A local sweep builds them up front (:func:`build_for`).
 """
@@ -19,7 +22,6 @@ import functools
 import hashlib
 import os
 import platform
-import shutil
 import sys
 import warnings
 from collections.abc import Iterable
@@ -65,7 +67,7 @@ def ops() -> ModuleType | None:
     from attnres.storage import locks
 
     try:
-        _ninja_on_path()
+        _use_package_ninja()
         build = build_dir()
 
         def waiting(who: str) -> None:
@@ -78,18 +80,14 @@ def ops() -> ModuleType | None:
         with locks.exclusive(build / BUILD_LOCK_FILE, wait=waiting):
             (build / "lock").unlink(missing_ok=True)
             if not (build / "attnres_depth_native.so").exists():
-                print(
-                    f"attnres: building the native CPU depth-attention kernels in {build} (once, ~20 s)",
-                    file=sys.stderr,
-                )
-            openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []  # Apple's clang has no OpenMP
-            native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+                print(f"attnres: building the CPU kernels (once, ~20 s) in {build}", file=sys.stderr)
+            cflags, ldflags = _flags()
             return cpp_extension.load(
                 name="attnres_depth_native",
                 sources=[str(SOURCE)],
                 build_directory=str(build),
-                extra_cflags=["-O3", *native, *openmp],
-                extra_ldflags=openmp,
+                extra_cflags=cflags,
+                extra_ldflags=ldflags,
                 verbose=False,
             )
     except Exception as err:  # no compiler, no ninja, a compile error: say so once, then run eagerly
@@ -103,23 +101,37 @@ def ops() -> ModuleType | None:
         return None
 
 
+def _flags() -> tuple[list[str], list[str]]:
+    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []  # Apple's clang has no OpenMP
+    native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+    return ["-O3", *native, *openmp], openmp
+
+
+def build_key() -> str:
+    """What a build depends on: torch, the CPU type (``-march=native`` ties a build to its CPU, so a home folder
+    shared by different nodes keeps one each), the source and the flags."""
+    cflags, ldflags = _flags()
+    digest = hashlib.sha1(SOURCE.read_bytes() + " ".join(cflags + ["|"] + ldflags).encode()).hexdigest()[:10]
+    return f"torch-{torch.__version__}-{_cpu_tag()}-{digest}"
+
+
 def build_dir() -> Path:
-    """Where this machine's build lives: one folder per torch version and CPU type (``-march=native`` ties a build
-    to its CPU, so a home folder shared by different nodes keeps one each)."""
+    """Where the build of :func:`build_key` lives."""
     from attnres.data.corpus import cache_dir
 
-    path = cache_dir() / "native" / f"torch-{torch.__version__}-{_cpu_tag()}"
+    path = cache_dir() / "native" / build_key()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _ninja_on_path() -> None:
-    """torch's builder runs ``ninja`` from PATH; the pip package's binary is not there unless the venv is active."""
-    if shutil.which("ninja"):
-        return
+def _use_package_ninja() -> None:
+    """Put this environment's ninja first on PATH, where torch's builder looks for it: an activated venv and
+    ``.venv/bin/attnres`` then use the same one (the pip package's binary is not on PATH without activation)."""
     import ninja  # the PyPI package (a dependency); its binary lives in ninja.BIN_DIR
 
-    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != ninja.BIN_DIR:
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + path
 
 
 def _cpu_tag() -> str:

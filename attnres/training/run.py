@@ -118,6 +118,8 @@ def train(
     ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
     """
     run_dir = Path(run_dir)
+    if why := schema.unwritable(run_dir):
+        raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
     check_same_run(cfg, run_dir)
     previous = schema.read_run_row(run_dir)
     if previous and previous["status"] == "done":

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -590,3 +592,32 @@ def test_a_launcher_builds_the_native_kernels_only_for_runs_that_use_them(monkey
     baseline = resolve_run_config(None, ["model.residual=baseline"])
     cpu_kernels.build_for([baseline, resolve_run_config(None, overrides)])
     assert calls == ([1] if builds else [])
+
+
+def test_the_kernel_build_is_keyed_on_its_source_and_flags(monkeypatch, tmp_path):
+    """A changed source or flag gives a new build folder (so a build happens exactly when its folder has no module,
+    and is announced); an unchanged one the same folder, whichever ninja is on PATH."""
+    source = tmp_path / "cpu.cpp"
+    source.write_bytes(cpu_kernels.SOURCE.read_bytes())
+    monkeypatch.setattr(cpu_kernels, "SOURCE", source)
+    key = cpu_kernels.build_key()
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert cpu_kernels.build_key() == key
+    source.write_bytes(source.read_bytes() + b"\n// a change\n")
+    assert cpu_kernels.build_key() != key
+
+
+def test_the_kernels_build_with_this_environments_ninja(monkeypatch, tmp_path):
+    """Another ninja first on PATH (the system's, when the venv is not activated) is not the one torch runs: two
+    ninja versions read each other's build log as stale and rebuilt the kernels silently at every switch."""
+    import shutil
+
+    import ninja
+
+    other = tmp_path / "ninja"
+    other.write_text("#!/bin/sh\necho 1.11.0\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert shutil.which("ninja") == str(other)
+    cpu_kernels._use_package_ninja()
+    assert Path(shutil.which("ninja")).parent == Path(ninja.BIN_DIR)

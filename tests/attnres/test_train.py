@@ -237,6 +237,10 @@ def test_help_lists_every_field():
         (["data.corpus=/nonexistent/text"], ["data.corpus", "does not exist"]),
         (["model.seq_len=1000000"], ["model.seq_len=1000000", "validation split"]),
         (["model.n_blocks=99"], ["n_blocks", "2 * n_layer"]),
+        (["train.lr=inf"], ["train.lr must be a finite number, got 'inf'"]),
+        (["train.lr=nan"], ["train.lr must be a finite number"]),
+        (["train.flops=inf", "train.tokens=null"], ["train.flops must be a finite number"]),
+        (["model.residual=baseline", "model.n_blocks=9"], ["n_blocks=9 applies to residual block only"]),
     ],
 )
 def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
@@ -247,7 +251,7 @@ def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fr
     assert message.startswith("attnres train: error:")
     for fragment in fragments:
         assert fragment in message
-    assert not (out / schema.CHECKPOINT_DIR).exists()
+    assert not out.exists()  # no run folder either
 
 
 def test_empty_corpus_is_rejected(tmp_path):
@@ -365,3 +369,16 @@ def test_lightnings_srun_hint_is_not_printed_outside_a_slurm_allocation(tmp_path
     proc = run_cli("train", *args, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "The `srun` command" not in proc.stdout + proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--out", "--results"])
+def test_an_unwritable_output_is_one_line_naming_the_path(tmp_path, flag):
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a folder")
+    result = run_cli("train", *TINY, flag, str(in_the_way / "run"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert (
+        message.startswith("attnres train: error: cannot write the run folder") and "is a file, not a folder" in message
+    )
+    assert str(in_the_way) in message

@@ -315,3 +315,70 @@ def test_the_ablations_grid_has_the_papers_table_4_rows():
         "block+heads16",
         "block+no_key_norm",
     } <= variants
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnres.cli", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def test_a_plan_before_tuning_shows_the_runs_to_be_tuned_and_the_tuning(tmp_path):
+    """`sweep plan` of an lr: tuned grid on a fresh clone trains nothing, so it does not need the tuned values."""
+    data = grid_with(lr="tuned", tune={"budget": {"tokens": 4000}, "trials": 3})
+    out = cli("sweep", "plan", str(write(tmp_path, data)), "--results", str(tmp_path / "res"))
+    assert out.returncode == 0, out.stderr
+    assert "baseline-L2-d32-s0-?" in out.stdout and " tuned " in out.stdout
+    assert "tuning first: 3 trial runs" in out.stdout and "attnres tune" in out.stdout
+    assert not (tmp_path / "res").exists()
+
+
+def test_the_shipped_study_plans_on_a_fresh_clone(tmp_path):
+    out = cli("sweep", "plan", "cpu_small", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "40 runs" in out.stdout and "tuning first: 40 trial runs" in out.stdout
+    assert "attnres tune cpu_small --results RESULTS" in out.stdout  # a shipped grid by its name, not its path
+
+
+def test_status_before_tuning_and_without_a_grid_shows_what_exists(tmp_path):
+    out = cli("sweep", "status", "cpu_small", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "sweep cpu_small: 0 runs" in out.stdout and "attnres tune cpu_small" in out.stdout
+    bare = cli("sweep", "status", cwd=tmp_path)
+    assert bare.returncode == 0, bare.stderr
+    assert "no runs under results/ yet" in bare.stdout
+    committed = GRID_DIR.parent / "studies" / "cpu_small" / "results"
+    listing = cli("sweep", "status", "--results", str(committed)).stdout
+    assert "sweep cpu_small: 40 runs: 40 done" in listing and "sweep cpu_lr: 24 runs: 24 done" in listing
+
+
+def test_help_lists_every_shipped_grid():
+    out = cli("sweep", "plan", "--help").stdout
+    shipped = sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
+    assert len(shipped) >= 7 and all(name in " ".join(out.split()) for name in shipped)
+
+
+def test_the_default_cpu_time_model_matches_the_committed_studys_wall_times():
+    """The plan's default estimate (no measured runs) of the committed cpu_lr sweep (24 runs, 3 learning rates)
+    against the wall time its runs recorded on 2 CPU cores: within 30 %."""
+    import pandas as pd
+
+    from sweeps.plan import plan
+
+    folder = GRID_DIR.parent / "studies" / "cpu_small" / "results" / "cpu_lr"
+    rows = plan(load_grid("cpu_lr"), results=None)
+    measured = {p.parent.name: float(pd.read_parquet(p)["wall_s"].iloc[0]) for p in folder.glob("*/run.parquet")}
+    assert {r.run_id for r in rows} == set(measured) and all(r.rate_source == "default" for r in rows)
+    assert sum(r.est_s for r in rows) == pytest.approx(sum(measured.values()), rel=0.3)
+
+
+def test_status_names_an_unreadable_run_parquet(tmp_path):
+    from sweeps.status import format_status, sweep_status
+
+    planned = expand_runs(load_grid(grid_with()), tmp_path)
+    broken = tmp_path / planned[0].cfg.sweep / planned[0].run_id
+    broken.mkdir(parents=True)
+    (broken / "run.parquet").write_bytes(b"PAR1 truncated")
+    states = sweep_status(planned, tmp_path)
+    assert [s.state for s in states] == ["unreadable", "queued", "queued"]
+    assert "cannot be read" in states[0].detail and "1 unreadable" in format_status(states, "tiny")

@@ -262,3 +262,17 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     assert not summary.ok and summary.failed == 1
     (failed,) = [r for r in summary.runs if r.status == "failed"]
     assert "holds a different run" in failed.error
+
+
+def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file, tmp_path, capsys):
+    """The bar moves during a run (steps, not runs: it sat at 9/12 for the whole of a 15-minute run) and says
+    which runs train at which step."""
+    import sweeps.local_pool as pool
+
+    grid = load_grid(grid_file)
+    runs = expand(grid)[:2]
+    summary = pool.run_local(runs, tmp_path, workers=1, threads=1, progress=True, poll_s=0.2)
+    assert summary.ok
+    err = capsys.readouterr().err
+    assert "236/236" in err and "step" in err  # two runs of 118 steps
+    assert f"{runs[0].run_id} " in err and "/118" in err  # a run in training with its step
