@@ -56,6 +56,7 @@ _EXPORTS = {
     "AnalysisError": "analysis.errors",
     "FitInputError": "analysis.errors",
     "ResultsError": "analysis.errors",
+    "OutputError": "analysis.errors",
 }
 
 __all__ = sorted(_EXPORTS)

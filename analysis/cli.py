@@ -58,6 +58,17 @@ def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
         choices=["flops", "pflops_days"],
         help="compute unit of the fits and tables (default: training FLOPs as stored)",
     )
+    parser.add_argument(
+        "--interval",
+        default="seeds",
+        choices=["budgets", "seeds"],
+        help=(
+            "how the bootstrap makes a replicate: seeds (default for now: the seeds at each budget only; too narrow "
+            "when the points stray from the law, and then marked unreliable) or budgets (each budget's deviation "
+            "from the law, with its seed noise, resampled over budgets, the same budget for every variant; "
+            "see docs/analysis.md for its coverage)"
+        ),
+    )
     parser.add_argument("--sweep", action="append", default=None, help="only this sweep (repeatable; default: all)")
     parser.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
 
@@ -77,6 +88,7 @@ def fit_options(args: argparse.Namespace) -> dict:
         "compute_unit": args.units,
         "sweeps": args.sweep,
         "chinchilla": not args.no_chinchilla,
+        "interval": args.interval,
     }
 
 
@@ -102,24 +114,61 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
+def no_runs_message(results_dir: str | Path) -> str:
+    """The one line for a results folder with no run folder in it, saying what a run folder looks like."""
+    where = Path(results_dir).as_posix().rstrip("/") or "."
+    return (
+        f"no runs found under {where}: a run folder is {where}/<sweep>/<run_id>/ holding run.parquet and "
+        "config.yaml, as `attnres train`, `attnres sweep run` and `attnres demo` write them"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run ``attnres fit``; returns the exit code (0 ok, 1 nothing could be fitted, 2 bad input)."""
+    """Run ``attnres fit``; returns the exit code: 0 ok; 1 nothing could be fitted, or the fit is incomplete
+    (some run.parquet could not be read: the output says INCOMPLETE and lists them first); 2 bad input (a
+    missing or empty results folder, an unknown variant or sweep name, an output that cannot be written).
+    Every error is one line on stderr; nothing is written when there is nothing to fit."""
     from analysis.errors import AnalysisError
     from analysis.load import load_results
+    from analysis.output import check_output_file
     from analysis.sweep_fits import fit_results
-    from analysis.tables import format_report
+    from analysis.tables import format_report, incomplete_text
     from attnres.storage.schema import atomic_write_bytes
 
+    out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUTPUT
     try:
         results = load_results(args.results_dir, tables=())
+        if results.runs.empty and not results.problems:
+            print(f"attnres fit: error: {no_runs_message(args.results_dir)}; nothing was written", file=sys.stderr)
+            return 2
+        if results.runs.empty:
+            print(f"attnres fit {args.results_dir}\n  no run could be read; the run folders found:")
+            print("\n".join(f"  {p}" for p in sorted(results.problems, key=lambda p: not p.unreadable)))
+            print(
+                f"attnres fit: error: none of the {len(results.problems)} run folder(s) under {args.results_dir} "
+                "could be read (listed above); nothing was written",
+                file=sys.stderr,
+            )
+            return 1
+        check_output_file(out, "fit.json")  # before the fitting, not after it
         report = fit_results(results, **fit_options(args))
     except AnalysisError as err:
         print(f"attnres fit: error: {err}", file=sys.stderr)
         return 2
     print(format_report(report))
-    out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUTPUT
-    atomic_write_bytes(out, report.to_json().encode())
+    try:
+        atomic_write_bytes(out, report.to_json().encode())
+    except OSError as err:
+        print(f"attnres fit: error: cannot write fit.json {str(out)!r}: {err.strerror or err}", file=sys.stderr)
+        return 2
     print(f"\nwrote {out}")
+    if not report.complete:
+        print(
+            f"attnres fit: {incomplete_text(len(report.unreadable))}: the fit and its headline are incomplete "
+            "(listed at the top; exit code 1)",
+            file=sys.stderr,
+        )
+        return 1
     if not any(sweep.curves for sweep in report.sweeps):
         print("attnres fit: no curve could be fitted (see the notes and problems above)", file=sys.stderr)
         return 1

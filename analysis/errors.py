@@ -13,3 +13,7 @@ class FitInputError(AnalysisError):
 
 class ResultsError(AnalysisError):
     """A results directory cannot be analysed at all (missing, or holds no run that can be fitted)."""
+
+
+class OutputError(AnalysisError):
+    """An output path cannot be written (a read-only folder, a file in the way, no permission)."""

@@ -54,17 +54,22 @@ _PER_RUN = {
 
 @dataclass(frozen=True)
 class Problem:
-    """A run that cannot be used as it is: its folder (relative to the results root), run id and the reason."""
+    """A run that cannot be used as it is: its folder (relative to the results root), run id and the reason.
+
+    ``unreadable``: the folder has a run.parquet whose content could not be read (corrupt, truncated, another
+    schema_version, no row), so a run that may have finished is missing from the fits without anyone knowing
+    its status; a fit that lost such runs is incomplete (docs/analysis.md, "Unreadable runs")."""
 
     path: str
     run_id: str
     reason: str
+    unreadable: bool = False
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
 
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "run_id": self.run_id, "reason": self.reason}
+    def to_dict(self) -> dict[str, str | bool]:
+        return {"path": self.path, "run_id": self.run_id, "reason": self.reason, "unreadable": self.unreadable}
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +79,8 @@ class Results:
     ``runs``: one row per readable run.parquet (every RUN_SCHEMA column, plus ``path``, the run folder
     relative to ``root``). ``metrics``, ``layers``, ``depth_attn``: the per-run tables concatenated, with
     ``sweep`` and ``run_id`` columns first. ``problems``: the runs that cannot be used, by name.
-    ``inputs_hash``: sha256 of the runs table (all run.parquet rows, canonical JSON sorted by sweep and
-    run_id), which identifies what a fit was made from.
+    ``inputs_hash``: sha256 of the runs' content (all run.parquet rows, every column, canonical JSON sorted by
+    sweep and run_id; not the folders they were read from), which identifies what a fit was made from.
     """
 
     root: Path
@@ -121,11 +126,15 @@ def _run_folders(root: Path) -> list[Path]:
 
 
 def _hash_runs(runs: pd.DataFrame) -> str:
+    """sha256 of the runs' content: every run.parquet column of every row, as canonical JSON, sorted by sweep,
+    run_id (and the row itself, for a run_id found in two folders).
+
+    The ``path`` column (the run folder relative to the folder that was loaded) is left out, so the same runs
+    give the same hash whichever folder above them was passed (``results`` or ``results/<sweep>``)."""
     if runs.empty:
         return hashlib.sha256(b"[]").hexdigest()
-    ordered = runs.sort_values(["sweep", "run_id", "path"], kind="stable")
     records = []
-    for row in ordered.to_dict(orient="records"):
+    for row in runs.drop(columns=["path"], errors="ignore").to_dict(orient="records"):
         clean = {}
         for key, value in row.items():
             if isinstance(value, float) and math.isnan(value):
@@ -136,7 +145,11 @@ def _hash_runs(runs: pd.DataFrame) -> str:
                 value = value.item()
             clean[key] = value
         records.append(clean)
-    text = json.dumps(records, sort_keys=True, default=repr, separators=(",", ":"))
+    keyed = [
+        (str(r.get("sweep")), str(r.get("run_id")), json.dumps(r, sort_keys=True, default=repr, separators=(",", ":")))
+        for r in records
+    ]
+    text = "[" + ",".join(item for _, _, item in sorted(keyed)) + "]"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -208,14 +221,14 @@ def _read_run(folder: Path, rel: str, problems: list[Problem]) -> pd.DataFrame |
     try:
         table = read_table(run_path, RUN_SCHEMA)
     except SchemaError as err:
-        problems.append(Problem(rel, name, f"run.parquet does not follow this version's contract: {err}"))
+        problems.append(Problem(rel, name, f"run.parquet does not follow this version's contract: {err}", True))
         return None
     except (pa.ArrowException, OSError, ValueError) as err:
-        problems.append(Problem(rel, name, f"run.parquet is unreadable ({type(err).__name__}: {err})"))
+        problems.append(Problem(rel, name, f"run.parquet is unreadable ({type(err).__name__}: {err})", True))
         return None
     frame = table.select(RUN_SCHEMA.names).to_pandas()
     if len(frame) != 1:
-        problems.append(Problem(rel, name, f"run.parquet holds {len(frame)} rows instead of one"))
+        problems.append(Problem(rel, name, f"run.parquet holds {len(frame)} rows instead of one", frame.empty))
         if frame.empty:
             return None
         frame = frame.iloc[[-1]]

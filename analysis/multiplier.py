@@ -65,6 +65,11 @@ from analysis.fit import (
 # The bootstrap study: point fits of every curve, and replicates of all of them at once
 # ---------------------------------------------------------------------------------------------------------
 
+SEEDS = "seeds"
+BUDGETS = "budgets"
+INTERVAL_METHODS = (BUDGETS, SEEDS)
+MIN_BUDGETS = 4  # below this a bootstrap over budgets cannot be calibrated: its interval is marked unreliable
+
 
 @dataclass
 class CurveData:
@@ -81,6 +86,8 @@ class CurveData:
     run_losses: list[np.ndarray | None] = field(default_factory=list)
     n_runs: np.ndarray | None = None
     aggregate: str = "mean"
+    budget_keys: list[Any] | None = None  # what names point i's budget across curves (default: its rank)
+    run_seeds: list[np.ndarray | None] | None = None  # the seeds of run_losses[i] (for pairing across curves)
 
     def __post_init__(self) -> None:
         self.compute = np.asarray(self.compute, dtype=float)
@@ -89,6 +96,15 @@ class CurveData:
             self.run_losses = [None] * self.compute.size
         if self.n_runs is None:
             self.n_runs = np.array([1 if r is None else len(r) for r in self.run_losses])
+        if self.budget_keys is None:
+            self.budget_keys = [int(k) for k in np.argsort(np.argsort(self.compute, kind="stable"), kind="stable")]
+        if self.run_seeds is None:
+            self.run_seeds = [None] * self.compute.size
+
+    @property
+    def n_budgets(self) -> int:
+        """Distinct budgets (compute values) behind the curve: the units the ``budgets`` bootstrap resamples."""
+        return int(np.unique(self.compute).size)
 
     @property
     def observations(self) -> int:
@@ -113,9 +129,22 @@ class Study:
     joint_labels: tuple[str, ...] = ()
     joint_theta: np.ndarray | None = None
     joint_ok: np.ndarray | None = None
+    interval: str = "seeds"
 
     def df(self, *labels: str, joint: bool = False) -> float:
-        """Residual degrees of freedom behind a statistic of these curves (for the expanded percentile)."""
+        """Residual degrees of freedom behind a statistic of these curves (for the expanded percentile).
+
+        ``seeds``: observations (runs) minus parameters, summed over the curves. ``budgets``: the budgets of
+        the curves minus the parameters of one curve's law (2, or 3 with E): the replicates vary by the
+        budgets' deviations from the law, of which there are that many independent ones; the curves share
+        their budgets (and their deviations are resampled together), so their counts do not add up.
+        """
+        if self.interval == BUDGETS:
+            labs = self.joint_labels if joint and self.joint is not None else labels
+            if not labs:
+                return math.inf
+            n_law = 3 if self.form == OFFSET_POWER else 2
+            return float(min(self.data[lab].n_budgets for lab in labs) - n_law)
         if joint and self.joint is not None:
             return float(sum(self.data[lab].observations for lab in self.joint_labels) - self.joint.model.n_params)
         return float(sum(self.data[lab].observations - self.fits[lab].model.n_params for lab in labels))
@@ -148,14 +177,28 @@ def run_study(
     joint: bool = True,
     fits: dict[str, CurveFit] | None = None,
     n_starts: int = DEFAULT_STARTS,
+    interval: str = SEEDS,
 ) -> Study:
     """Fit every curve (and the joint fit of all of them), then bootstrap all fits together.
 
-    Replicate b of every curve is built first (resampled runs, or fitted value + resampled residual), then
-    every curve and the joint fit are refitted on replicate b, so all statistics of one replicate come from
-    the same resampled data. ``fits`` may hold point fits already made (they are not redone).
+    Replicate b of every curve is built first, then every curve and the joint fit are refitted on replicate
+    b, so all statistics of one replicate come from the same resampled data. ``fits`` may hold point fits
+    already made (they are not redone). ``interval`` says how a replicate is built:
+
+    * ``"seeds"``: the runs behind each point are resampled (a point with one run: fitted value plus a
+      resampled residual). Only seed noise: the budgets' deviations from the law are held fixed.
+    * ``"budgets"``: every point is its curve's fitted value plus a residual of that curve (leverage-corrected,
+      centred) drawn at a resampled budget, the same budget for every curve that has the same budgets: a
+      residual bootstrap over budgets. A budget's residual holds its seed noise (the mean of its seeds) and
+      its deviation from the law, so both are covered; drawing the same budget for the baseline and each
+      variant keeps what they share (the same seeds, i.e. the same init and batches, and any deviation common
+      to all variants), which cancels in M.
     """
     form = normalize_form(form)
+    if interval not in INTERVAL_METHODS:
+        raise FitInputError(f"interval={interval!r}: use one of {', '.join(INTERVAL_METHODS)}")
+    if interval == BUDGETS:
+        return _run_budget_study(curves, form, delta, level, n_boot, seed, joint, dict(fits or {}), n_starts)
     fits = dict(fits or {})
     rng = np.random.default_rng(seed)
     data = {c.label: c for c in curves}
@@ -176,6 +219,61 @@ def run_study(
             thetas[c.label], oks[c.label] = _refit(fit.model, fit.theta, y_fit, None, delta)
             y_points[c.label], y_fits[c.label] = y_pt, y_fit
         study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points)
+        labels = tuple(c.label for c in curves)
+        if joint and len(curves) >= 2:
+            study.joint = fit_joint_curves([c.compute for c in curves], [c.loss for c in curves], form, delta, n_starts)
+            study.joint_labels = labels
+            if n_boot > 0:
+                y_star = np.concatenate([y_fits[lab] for lab in labels], axis=1)
+                study.joint_theta, study.joint_ok = _refit(study.joint.model, study.joint.theta, y_star, None, delta)
+    return study
+
+
+def _run_budget_study(
+    curves: Sequence[CurveData],
+    form: str,
+    delta: float,
+    level: float,
+    n_boot: int,
+    seed: int,
+    joint: bool,
+    fits: dict[str, CurveFit],
+    n_starts: int,
+) -> Study:
+    """:func:`run_study` with ``interval="budgets"``: budget-level residuals drawn at budgets resampled once
+    per replicate for every curve with the same budgets as the first curve (the baseline), independently
+    for the others."""
+    rng = np.random.default_rng(seed)
+    data = {c.label: c for c in curves}
+    thetas, oks, y_points, y_fits = {}, {}, {}, {}
+    with single_threaded_blas():
+        for c in curves:
+            if c.label not in fits:
+                fits[c.label] = fit_curve(c.compute, c.loss, form, delta, n_starts)
+        ref_keys = list(curves[0].budget_keys) if curves else []
+        shared = None
+        if n_boot > 0 and ref_keys:
+            shared = rng.integers(0, len(ref_keys), size=(n_boot, len(ref_keys)))
+        for c in curves:
+            fit = fits[c.label]
+            if n_boot == 0:
+                continue
+            resid = fit.resampling_residuals()
+            keys = list(c.budget_keys)
+            if sorted(map(repr, keys)) == sorted(map(repr, ref_keys)) and len(set(map(repr, keys))) == len(keys):
+                # point i of this curve sits at budget ref_keys[j(i)]; it gets the residual of this curve at
+                # the budget drawn for slot j(i)
+                where = {repr(k): i for i, k in enumerate(keys)}
+                slot = np.array([[r for r, k in enumerate(ref_keys) if repr(k) == repr(key)][0] for key in keys])
+                to_point = np.array([where[repr(k)] for k in ref_keys])
+                draws = resid[to_point[shared[:, slot]]]
+            else:
+                draws = residual_draws(resid, n_boot, rng)
+            y_fit = fit.fitted + draws
+            y_pt = fit.y + draws
+            thetas[c.label], oks[c.label] = _refit(fit.model, fit.theta, y_fit, None, delta)
+            y_points[c.label], y_fits[c.label] = y_pt, y_fit
+        study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points, interval=BUDGETS)
         labels = tuple(c.label for c in curves)
         if joint and len(curves) >= 2:
             study.joint = fit_joint_curves([c.compute for c in curves], [c.loss for c in curves], form, delta, n_starts)

@@ -68,7 +68,7 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
 
     Columns: sweep, curve, variant, n_blocks, n_layer, d_model, params, tokens, flops, flops_per_token,
     loss, lr, n_runs (runs behind the point: the chosen LR's seeds), n_runs_total (finished runs of every
-    LR), run_ids and run_losses (tuples, the chosen runs), flops_per_s (mean measured throughput,
+    LR), run_ids, run_losses and run_seeds (tuples, the chosen runs), flops_per_s (mean measured throughput,
     tokens_per_s x flops_per_token; NaN when not recorded).
     """
     if method not in SELECT_METHODS:
@@ -91,6 +91,7 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
         "n_runs_total",
         "run_ids",
         "run_losses",
+        "run_seeds",
         "flops_per_s",
     ]
     if runs.empty:
@@ -123,6 +124,7 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
                 "n_runs_total": int(len(group)),
                 "run_ids": tuple(chosen["run_id"].astype(str)),
                 "run_losses": tuple(float(v) for v in losses),
+                "run_seeds": tuple(int(v) for v in pd.to_numeric(chosen["seed"], errors="coerce").fillna(-1)),
                 "flops_per_s": float(throughput.mean()) if throughput.notna().any() else math.nan,
             }
         )
@@ -227,6 +229,7 @@ def isoflop_frontier(
                     "n_runs_total": int(b["n_runs_total"].sum()),
                     "run_ids": tuple(r for ids in b["run_ids"] for r in ids),
                     "run_losses": None,
+                    "run_seeds": None,
                     "flops_per_s": float(nearest["flops_per_s"]),
                     "n_sizes": int(np.unique(sizes).size),
                     "fit_status": sol.status,

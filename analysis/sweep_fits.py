@@ -22,7 +22,7 @@ import json
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,10 @@ from analysis.fit import (
 )
 from analysis.load import Problem, Results, load_results
 from analysis.multiplier import (
+    BUDGETS,
+    INTERVAL_METHODS,
+    MIN_BUDGETS,
+    SEEDS,
     CurveData,
     Study,
     bootstrap_p_value,
@@ -65,6 +69,8 @@ UNIT_NAMES = {"flops": "training FLOPs", "pflops_days": "PFLOP/s-days (1e15 * 86
 EXPONENT_MODES = ("auto", "shared", "unshared")
 FRONTIER_MODES = ("auto", "on", "off")
 
+DEFAULT_BASELINE = "baseline"
+LACK_OF_FIT_P = 0.01  # a lack-of-fit p-value below this: the law misses its budgets beyond the seed noise
 TUNING_SUFFIX = "-tune"  # the sweep name `attnres tune` gives its trials
 
 
@@ -84,6 +90,7 @@ class FitSettings:
     compute_unit: str = "flops"
     budget_rtol: float = BUDGET_RTOL
     chinchilla: bool = True
+    interval: str = SEEDS
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -150,6 +157,156 @@ class ExponentTest:
 
 
 @dataclass(frozen=True)
+class LackOfFit:
+    """Does a curve's law miss its budgets by more than its seeds' noise explains?
+
+    ``rms``: RMS of the budget-level residuals of the fit (log loss, ~relative); ``seed_se``: RMS standard
+    error of a budget's mean from the spread of its seeds (nan with one seed per budget);
+    ``F = (sum r^2 / (K - p)) / mean(s^2 / m)`` on (K - p, sum(m - 1)) degrees of freedom, and its p-value.
+    """
+
+    rms: float
+    seed_se: float
+    F: float
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        return bool(self.p_value < LACK_OF_FIT_P)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rms": json_number(self.rms),
+            "seed_se": json_number(self.seed_se),
+            "F": json_number(self.F),
+            "p_value": json_number(self.p_value),
+        }
+
+
+def lack_of_fit(study: Study, label: str) -> LackOfFit:
+    """The lack-of-fit test of one curve of a study (:class:`LackOfFit`)."""
+    fit, data = study.fits[label], study.data[label]
+    resid = fit.y - fit.fitted
+    k, p = resid.size, fit.model.n_params
+    rms = float(np.sqrt(np.mean(resid**2)))
+    var_mean, df_seed = [], 0
+    for runs in data.run_losses:
+        if runs is not None and len(runs) >= 2:
+            logs = np.log(np.asarray(runs, dtype=float))
+            var_mean.append(float(np.var(logs, ddof=1)) / logs.size)
+            df_seed += logs.size - 1
+    if not var_mean or k <= p or df_seed == 0:
+        return LackOfFit(rms, math.sqrt(np.mean(var_mean)) if var_mean else math.nan, math.nan, math.nan)
+    from scipy.stats import f as f_dist
+
+    noise = float(np.mean(var_mean))
+    stat = float(np.sum(resid**2) / (k - p) / noise) if noise > 0 else math.inf
+    return LackOfFit(rms, math.sqrt(noise), stat, float(f_dist.sf(stat, k - p, df_seed)))
+
+
+def _reliability(study: Study, label: str, base: str, tests: Mapping[str, LackOfFit]) -> tuple[bool, str]:
+    """Whether the study can give ``label``'s multiplier a calibrated interval, and why not."""
+    if study.n_boot == 0:
+        return True, ""
+    n_law = 3 if study.form == OFFSET_POWER else 2
+    n_budgets = min(study.data[base].n_budgets, study.data[label].n_budgets)
+    if study.interval == BUDGETS and n_budgets < MIN_BUDGETS + (n_law - 2):
+        return False, (
+            f"only {n_budgets} budgets: a bootstrap over budgets needs at least {MIN_BUDGETS + n_law - 2} "
+            f"for a {n_law}-parameter law to be calibrated"
+        )
+    if study.interval == SEEDS:
+        missed = [lab for lab in (base, label) if tests[lab].significant]
+        if missed:
+            t = tests[missed[0]]
+            return False, (
+                f"{missed[0]}'s law misses its budgets by {100 * t.rms:.2g}% RMS, more than its seeds explain "
+                f"(seed SE {100 * t.seed_se:.2g}%, lack-of-fit p = {t.p_value:.2g}); the seeds interval ignores "
+                "that, use --interval budgets"
+            )
+    return True, ""
+
+
+@dataclass(frozen=True)
+class BudgetGap:
+    """The variant's mean loss minus the baseline's at one budget (no fitted law needed).
+
+    Paired over the seeds both have at this budget (``paired``: the same seeds, i.e. the same init of shared
+    parameters and the same batches, so the difference of each seed cancels what they share); otherwise the
+    difference of the two means. ``gap`` in nats, ``gap_pct`` in % of the baseline's mean loss, each with a
+    bootstrap interval over seeds (pairs resampled; with m seeds, deviations scaled by sqrt(m / (m - 1)) and
+    the expanded percentile on m - 1 degrees of freedom, so with 2 seeds the interval is the range of what
+    2 seeds can give: read it as rough).
+    """
+
+    compute: float
+    baseline_compute: float
+    n_seeds: int
+    paired: bool
+    gap: Estimate
+    gap_pct: Estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compute": json_number(self.compute),
+            "baseline_compute": json_number(self.baseline_compute),
+            "n_seeds": self.n_seeds,
+            "paired": self.paired,
+            "gap": self.gap.to_dict(),
+            "gap_pct": self.gap_pct.to_dict(),
+        }
+
+
+def _mean_draws(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap means of ``values`` (deviations scaled by sqrt(m / (m - 1)))."""
+    m = values.size
+    centre = values.mean()
+    scaled = centre + math.sqrt(m / (m - 1)) * (values - centre)
+    return scaled[rng.integers(0, m, size=(n_boot, m))].mean(axis=1)
+
+
+def budget_gaps(study: Study, label: str, base: str, rng: np.random.Generator) -> tuple[BudgetGap, ...]:
+    """Per budget the variant shares with the baseline (same budget key), the paired loss gap."""
+    v, b = study.data[label], study.data[base]
+    where = {repr(k): i for i, k in enumerate(b.budget_keys)}
+    level, n_boot = study.level, study.n_boot
+    out = []
+    for i, key in enumerate(v.budget_keys):
+        j = where.get(repr(key))
+        if j is None:
+            continue
+        rv, rb = v.run_losses[i], b.run_losses[j]
+        rv = np.array([v.loss[i]]) if rv is None else np.asarray(rv, dtype=float)
+        rb = np.array([b.loss[j]]) if rb is None else np.asarray(rb, dtype=float)
+        sv, sb = v.run_seeds[i], b.run_seeds[j]
+        common = [] if sv is None or sb is None else sorted(set(map(int, sv)) & set(map(int, sb)))
+        base_mean = float(rb.mean())
+        paired = len(common) >= 2
+        draws = None
+        if paired:
+            iv = [list(map(int, sv)).index(x) for x in common]
+            ib = [list(map(int, sb)).index(x) for x in common]
+            diff, base_vals = rv[iv] - rb[ib], rb[ib]
+            value, base_mean, n, df = float(diff.mean()), float(base_vals.mean()), len(common), len(common) - 1
+            if n_boot > 0:
+                pick = rng.integers(0, n, size=(n_boot, n))
+                scale = math.sqrt(n / (n - 1))
+                d = diff.mean() + scale * (diff - diff.mean())
+                bv = base_vals.mean() + scale * (base_vals - base_vals.mean())
+                draws = (d[pick].mean(axis=1), bv[pick].mean(axis=1))
+        else:
+            value, n = float(rv.mean() - rb.mean()), min(rv.size, rb.size)
+            df = rv.size + rb.size - 2
+            if n_boot > 0 and rv.size >= 2 and rb.size >= 2:
+                mb = _mean_draws(rb, n_boot, rng)
+                draws = (_mean_draws(rv, n_boot, rng) - mb, mb)
+        gap = estimate(value, None if draws is None else draws[0], level, df)
+        pct = estimate(100 * value / base_mean, None if draws is None else 100 * draws[0] / draws[1], level, df)
+        out.append(BudgetGap(float(v.compute[i]), float(b.compute[j]), n, paired, gap, pct))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class BudgetMultiplier:
     """M at one measured budget of the variant: the baseline fit inverted at the variant's measured loss."""
 
@@ -199,10 +356,19 @@ class VariantMultiplier:
     baseline_status: str
     variant_status: str
     joint_status: str | None
+    interval: str = SEEDS
+    reliable: bool = True
+    why: str = ""
+    lack_of_fit: Mapping[str, LackOfFit] = field(default_factory=dict)
+    gaps: tuple[BudgetGap, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "variant": self.variant,
+            "interval": self.interval,
+            "reliable": self.reliable,
+            "why": self.why,
+            "lack_of_fit": {lab: t.to_dict() for lab, t in self.lack_of_fit.items()},
             "baseline": self.baseline,
             "exponent": self.exponent,
             "exponent_reason": self.exponent_reason,
@@ -216,6 +382,7 @@ class VariantMultiplier:
                 "throughput_ratio": json_number(self.throughput_ratio),
             },
             "budgets": [b.to_dict() for b in self.budgets],
+            "gaps": [g.to_dict() for g in self.gaps],
             "n_runs_variant": self.n_runs_variant,
             "n_runs_baseline": self.n_runs_baseline,
             "n_boot_failed": self.n_boot_failed,
@@ -231,6 +398,10 @@ class SweepFit:
     shape and budget; compute in FLOPs as stored), before any IsoFLOP frontier (the points each curve was
     fitted to are its :attr:`CurveResult.points`). The report's figures and tables read it instead of
     selecting the points again; it is not written to fit.json.
+
+    ``unreadable``: the folders (relative to the results root) of unreadable run.parquet files that may belong
+    to this sweep (in its folder, or anywhere when the results root is the sweep folder itself): the sweep's
+    fits are incomplete when there are any (:attr:`FitReport.unreadable`).
     """
 
     sweep: str
@@ -242,6 +413,7 @@ class SweepFit:
     chinchilla: Mapping[str, ChinchillaFit]
     notes: tuple[str, ...]
     points: pd.DataFrame = field(repr=False, compare=False)
+    unreadable: tuple[str, ...] = ()
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:
@@ -275,6 +447,8 @@ class SweepFit:
             }
         return {
             "sweep": self.sweep,
+            "complete": not self.unreadable,
+            "unreadable": list(self.unreadable),
             "flops_convention": list(self.flops_convention),
             "frontier": self.frontier,
             "notes": list(self.notes),
@@ -288,7 +462,13 @@ class SweepFit:
 @dataclass(frozen=True)
 class FitReport:
     """All sweeps of a results tree, fitted; ``to_dict()`` is fit.json, :func:`analysis.format_report` of it the
-    CLI's output."""
+    CLI's output.
+
+    ``problems``: the runs left out of the fitted sweeps, the unreadable ones first. ``unreadable``: those whose
+    run.parquet could not be read at all; when there are any the fit is not ``complete``: the fits, and above
+    all each headline (M at the largest budget), may have silently lost runs, so ``attnres fit`` marks them
+    INCOMPLETE and exits with 1 (docs/analysis.md, "Unreadable runs").
+    """
 
     results_dir: str
     inputs_hash: str
@@ -296,6 +476,12 @@ class FitReport:
     sweeps: tuple[SweepFit, ...]
     problems: tuple[Problem, ...]
     n_runs: int
+    unreadable: tuple[Problem, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """False when some run folder of the fitted sweeps has a run.parquet that could not be read."""
+        return not self.unreadable
 
     def sweep(self, name: str) -> SweepFit:
         for s in self.sweeps:
@@ -309,6 +495,8 @@ class FitReport:
             "results_dir": self.results_dir,
             "inputs_hash": self.inputs_hash,
             "n_runs": self.n_runs,
+            "complete": self.complete,
+            "unreadable": [p.to_dict() for p in self.unreadable],
             "compute_unit": UNIT_NAMES[self.settings.compute_unit],
             "settings": self.settings.to_dict(),
             "problems": [p.to_dict() for p in self.problems],
@@ -388,6 +576,28 @@ def _fit_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> SweepFi
         notes.append("no curve could be fitted")
         return SweepFit(sweep, conventions, use_frontier, (), None, (), {}, tuple(notes), points)
     fitted = [d.label for d in data]
+    study, joint, multipliers = fit_curves(data, settings, rows, _throughput_by_shape(points), notes)
+    curves = [_curve_result(study, label, rows[label], settings, notes) for label in fitted]
+    chinchilla = {}
+    if settings.chinchilla and not points.empty:
+        chinchilla = _chinchilla_fits(points, fitted, settings, notes)
+    return SweepFit(
+        sweep, conventions, use_frontier, tuple(curves), joint, tuple(multipliers), chinchilla, tuple(notes), points
+    )
+
+
+def fit_curves(
+    data: list[CurveData],
+    settings: FitSettings,
+    rows: dict[str, pd.DataFrame] | None = None,
+    throughput: dict[tuple[str, int, int], float] | None = None,
+    notes: list[str] | None = None,
+) -> tuple[Study, JointPowerLawFit | None, list[VariantMultiplier]]:
+    """The fits, the shared bootstrap and every variant's multiplier from the curves' data: what
+    ``attnres fit`` computes per sweep once its points are chosen (the coverage study calls it on simulated
+    points). ``rows`` / ``throughput`` (the curves' point tables, FLOP/s per shape) give the wall-clock
+    multipliers; without them those are nan."""
+    notes = [] if notes is None else notes
     study = run_study(
         data,
         settings.form,
@@ -396,25 +606,20 @@ def _fit_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> SweepFi
         n_boot=settings.n_boot,
         seed=settings.seed,
         joint=len(data) >= 2,
+        interval=settings.interval,
     )
-    curves = [_curve_result(study, label, rows[label], settings, notes) for label in fitted]
     joint = _joint_fit(study, settings)
     multipliers = []
-    if settings.baseline not in fitted:
+    labels = [d.label for d in data]
+    if settings.baseline not in labels:
         notes.append(
             f"no fitted baseline curve {settings.baseline!r}: no multipliers (set the baseline with --baseline)"
         )
     else:
-        throughput = _throughput_by_shape(points)
-        for label in fitted:
+        for label in labels:
             if label != settings.baseline:
-                multipliers.append(_variant_multiplier(study, label, settings, rows, throughput, joint, notes))
-    chinchilla = {}
-    if settings.chinchilla and not points.empty:
-        chinchilla = _chinchilla_fits(points, fitted, settings, notes)
-    return SweepFit(
-        sweep, conventions, use_frontier, tuple(curves), joint, tuple(multipliers), chinchilla, tuple(notes), points
-    )
+                multipliers.append(_variant_multiplier(study, label, settings, rows, throughput or {}, joint, notes))
+    return study, joint, multipliers
 
 
 def _curve_data(
@@ -448,10 +653,24 @@ def _curve_data(
                 run_losses,
                 g["n_runs"].to_numpy(int),
                 settings.select,
+                budget_keys=_budget_keys(g),
+                run_seeds=[
+                    None if r is None or run_losses[i] is None else np.asarray(r, dtype=int)
+                    for i, r in enumerate(g["run_seeds"] if "run_seeds" in g else [None] * len(g))
+                ],
             )
         )
         rows[label] = g
     return data, rows
+
+
+def _budget_keys(g: pd.DataFrame) -> list[Any] | None:
+    """What names each point's budget across curves: its model shape and tokens (a variant's FLOPs differ
+    from the baseline's at the same shape); None (the points' ranks) for IsoFLOP minima, whose shapes vary."""
+    if "n_sizes" in g.columns or not {"n_layer", "d_model", "tokens"} <= set(g.columns):
+        return None
+    keys = [(int(r.n_layer), int(r.d_model), int(round(float(r.tokens)))) for r in g.itertuples()]
+    return keys if len(set(keys)) == len(keys) else None
 
 
 def _curve_result(study: Study, label: str, g: pd.DataFrame, settings: FitSettings, notes: list[str]) -> CurveResult:
@@ -512,7 +731,7 @@ def _variant_multiplier(
     study: Study,
     label: str,
     settings: FitSettings,
-    rows: dict[str, pd.DataFrame],
+    rows: dict[str, pd.DataFrame] | None,
     throughput: dict[tuple[str, int, int], float],
     joint: JointPowerLawFit | None,
     notes: list[str],
@@ -531,7 +750,11 @@ def _variant_multiplier(
     test = _exponent_test(study, label, base, level)
     exponent, reason = _choose_exponent(settings, test, shared is not None, joint)
     headline = shared if exponent == "shared" else unshared
-    ratios = _throughput_ratios(label, base, rows[label], throughput, notes)
+    data = study.data[label]
+    if rows is None:
+        ratios = [math.nan] * data.compute.size
+    else:
+        ratios = _throughput_ratios(label, base, rows[label], throughput, notes)
     n_runs_base = int(study.data[base].n_runs.sum())
     budgets = tuple(
         BudgetMultiplier(
@@ -546,6 +769,8 @@ def _variant_multiplier(
         for c, l, n, m, ratio in zip(data.compute, data.loss, data.n_runs, m_points, ratios)
     )
     top_ratio = ratios[int(np.argmax(data.compute))]
+    tests = {lab: lack_of_fit(study, lab) for lab in (base, label)}
+    reliable, why = _reliability(study, label, base, tests)
     return VariantMultiplier(
         variant=label,
         baseline=base,
@@ -565,6 +790,11 @@ def _variant_multiplier(
         baseline_status=study.fits[base].solution.status,
         variant_status=study.fits[label].solution.status,
         joint_status=None if joint is None else joint.status,
+        interval=study.interval,
+        reliable=reliable,
+        why=why,
+        lack_of_fit=tests,
+        gaps=budget_gaps(study, label, base, np.random.default_rng([settings.seed, 1])),
     )
 
 
@@ -670,6 +900,7 @@ def fit_results(
     sweeps: Iterable[str] | None = None,
     chinchilla: bool = True,
     budget_rtol: float = BUDGET_RTOL,
+    interval: str = SEEDS,
 ) -> FitReport:
     """Fit every sweep of a results tree: curves, joint fit, multipliers with intervals, Chinchilla surfaces.
 
@@ -694,6 +925,7 @@ def fit_results(
         compute_unit=compute_unit,
         budget_rtol=budget_rtol,
         chinchilla=chinchilla,
+        interval=interval,
     )
     _check(settings)
     if not isinstance(results, Results):
@@ -705,17 +937,69 @@ def fit_results(
         wanted = list(sweeps)
         missing = [s for s in wanted if s not in results.sweeps]
         if missing:
-            raise AnalysisError(f"sweep(s) {missing} not found in {results.root}; available: {names}")
+            raise AnalysisError(
+                f"sweep(s) {', '.join(map(repr, missing))} not found in {results.root}"
+                + _did_you_mean(missing[0], results.sweeps)
+                + f"; sweeps found: {', '.join(results.sweeps) or 'none'} (choose with --sweep)"
+            )
         names = wanted
-    fitted = tuple(_fit_sweep(runs[runs["sweep"] == name], name, settings) for name in names)
+    _check_variant_names(settings, runs[runs["sweep"].isin(names)], results.root)
+    problems = [p for p in results.problems if _sweep_of(p) in names or _sweep_of(p) not in results.sweeps]
+    unreadable = tuple(p for p in problems if p.unreadable)
+    fitted = tuple(
+        replace(
+            _fit_sweep(runs[runs["sweep"] == name], name, settings),
+            unreadable=tuple(p.path for p in unreadable if _may_belong(p, name, results)),
+        )
+        for name in names
+    )
     return FitReport(
         results_dir=str(results.root),
         inputs_hash=results.inputs_hash,
         settings=settings,
         sweeps=fitted,
-        problems=tuple(p for p in results.problems if _sweep_of(p) in names or _sweep_of(p) not in results.sweeps),
+        problems=unreadable + tuple(p for p in problems if not p.unreadable),
         n_runs=len(runs),
+        unreadable=unreadable,
     )
+
+
+def _may_belong(problem: Problem, sweep: str, results: Results) -> bool:
+    """Whether a problem run may belong to ``sweep``: it lies in that sweep's folder, or in no sweep folder of
+    the results (the results root is a sweep folder or a run folder itself)."""
+    where = _sweep_of(problem)
+    return where == sweep or where not in results.sweeps
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'baseline'?)`` when ``name`` is close to one of ``choices``, else ""."""
+    import difflib
+
+    hint = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
+def variant_names(runs: pd.DataFrame) -> list[str]:
+    """The variant names a fit option may name in these runs: every ``variant`` and every curve label
+    (``<variant>-N<n_blocks>`` where a block-size ablation splits a variant)."""
+    from analysis.select import curve_labels
+
+    if runs.empty:
+        return []
+    return sorted(set(runs["variant"].dropna().astype(str)) | set(curve_labels(runs).astype(str)))
+
+
+def _check_variant_names(settings: FitSettings, runs: pd.DataFrame, root: Path) -> None:
+    """Refuse, before any fitting, a baseline that names no variant of the runs to fit (a typo would otherwise
+    give a report without multipliers). An empty tree has nothing to check, and the default name ("baseline")
+    is not refused: a tree without baseline runs still gets its curves fitted, with a note."""
+    found = variant_names(runs)
+    if found and settings.baseline not in found and settings.baseline != DEFAULT_BASELINE:
+        raise AnalysisError(
+            f"baseline {settings.baseline!r} is not a variant of the runs under {root}"
+            + _did_you_mean(settings.baseline, found)
+            + f"; variants found: {', '.join(found)} (choose with --baseline)"
+        )
 
 
 def _sweep_of(problem: Problem) -> str:
@@ -730,6 +1014,8 @@ def _check(s: FitSettings) -> None:
         raise AnalysisError(f"exponent={s.exponent!r}: use one of {', '.join(EXPONENT_MODES)}")
     if s.frontier not in FRONTIER_MODES:
         raise AnalysisError(f"frontier={s.frontier!r}: use one of {', '.join(FRONTIER_MODES)}")
+    if s.interval not in INTERVAL_METHODS:
+        raise AnalysisError(f"interval={s.interval!r}: use one of {', '.join(INTERVAL_METHODS)}")
     if s.compute_unit not in COMPUTE_UNITS:
         raise AnalysisError(f"compute_unit={s.compute_unit!r}: use one of {', '.join(COMPUTE_UNITS)}")
     if not 0 < s.level < 1:

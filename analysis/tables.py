@@ -14,7 +14,7 @@ Pure Python; no I/O; never imports torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from analysis.bootstrap import Estimate
@@ -73,17 +73,38 @@ def number(x: float | None, digits: int = 4) -> str:
     return "nan" if x is None else Estimate(x).text(digits)
 
 
+NO_INTERVAL = "no interval (--n-boot 0)"
+
+
+def has_intervals(settings: FitSettings) -> bool:
+    """Whether the fit was bootstrapped at all (``--n-boot 0``: point estimates only, no interval anywhere)."""
+    return settings.n_boot > 0
+
+
 def interval_name(settings: FitSettings) -> str:
-    """``90% CI``: the name of the intervals in the tables' headers."""
-    return f"{int(round(settings.level * 100))}% CI"
+    """``90% CI``: the name of the intervals in the tables' headers (empty without a bootstrap)."""
+    return f"{int(round(settings.level * 100))}% CI" if has_intervals(settings) else ""
+
+
+def with_interval(name: str, settings: FitSettings) -> str:
+    """A column header: ``M [90% CI]``, or plain ``M`` when there is no bootstrap (``--n-boot 0``)."""
+    pct = interval_name(settings)
+    return f"{name} [{pct}]" if pct else name
+
+
+def intervals_text(settings: FitSettings) -> str:
+    """How the intervals are described in a sentence: ``90% bootstrap intervals``, or
+    :data:`NO_INTERVAL`."""
+    return f"{int(round(settings.level * 100))}% bootstrap intervals" if has_intervals(settings) else NO_INTERVAL
 
 
 def curve_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
     """One row per fitted curve (in ``order`` when given): status, points, runs, A, alpha (and E for the
     form with an offset) with their intervals."""
-    pct = interval_name(settings)
     offset = settings.form == OFFSET_POWER
-    header = ("curve", "status", "points", "runs", f"A [{pct}]", f"alpha [{pct}]") + ((f"E [{pct}]",) if offset else ())
+    header = ("curve", "status", "points", "runs", with_interval("A", settings), with_interval("alpha", settings)) + (
+        (with_interval("E", settings),) if offset else ()
+    )
     rows = []
     for c in sw.curves if order is None else [sw.curve(label) for label in order]:
         row: tuple[Cell, ...] = (c.curve, c.fit.status, c.fit.n_points, c.n_runs, c.fit.A.text(), c.fit.alpha.text())
@@ -91,8 +112,8 @@ def curve_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None
             row += (c.fit.E.text() if c.fit.E is not None else "",)
         rows.append(row)
     caption = (
-        f"One power law per curve, fitted by Huber regression in log space; {int(round(settings.level * 100))}% "
-        "bootstrap intervals; status `converged`, `hit_bound` (a parameter on its bound) or `not_converged`."
+        f"One power law per curve, fitted by Huber regression in log space; {intervals_text(settings)}; status "
+        "`converged`, `hit_bound` (a parameter on its bound) or `not_converged`."
     )
     return FitTable(header, tuple(rows), "", caption)
 
@@ -116,9 +137,8 @@ def multiplier_table(
     """One row per variant: M at its largest budget (the headline) with its interval, the exponent used and
     the exponent test, the wall-clock multiplier, runs and the fit statuses; ``brief=False`` (the report's)
     adds M from the shared and from the separate exponents, with largest C and M first."""
-    pct = interval_name(settings)
-    diff, m_head, wall = f"alpha_var - alpha_base [{pct}]", f"M [{pct}]", f"wall-clock M [{pct}]"
-    shared, separate = f"M, shared exponent [{pct}]", f"M, separate exponents [{pct}]"
+    diff, m_head, wall = (with_interval(h, settings) for h in ("alpha_var - alpha_base", "M", "wall-clock M"))
+    shared, separate = (with_interval(h, settings) for h in ("M, shared exponent", "M, separate exponents"))
     runs, status = "runs (var/base)", "status (base/var/joint)"
     if brief:
         header = ("variant", "exponent", diff, "p", "largest C", m_head, wall, runs, status)
@@ -153,8 +173,8 @@ def multiplier_table(
 def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
     """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with their
     intervals, and the FLOP/s ratio of the variant to the baseline."""
-    pct = interval_name(settings)
-    header = ("variant", "C", "loss", "runs", f"M [{pct}]", f"wall-clock M [{pct}]", "FLOP/s ratio")
+    m_head, wall = with_interval("M", settings), with_interval("wall-clock M", settings)
+    header = ("variant", "C", "loss", "runs", m_head, wall, "FLOP/s ratio")
     rows = tuple(
         (
             m.variant,
@@ -174,6 +194,20 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
         "M at each measured budget (the baseline fit inverted at the variant's measured loss):",
         "M at each measured budget (the baseline's fit inverted at the variant's measured loss):",
     )
+
+
+def gap_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
+    """One row per (variant, budget it shares with the baseline): the variant's mean loss minus the
+    baseline's, in nats and in %, paired over shared seeds, with a bootstrap interval over seeds."""
+    gap, pct = with_interval("loss gap (nats)", settings), with_interval("gap %", settings)
+    header = ("variant", "C", "seeds", "paired", gap, pct)
+    rows = tuple(
+        (m.variant, number(g.compute, 4), g.n_seeds, "yes" if g.paired else "no", g.gap.text(3), g.gap_pct.text(3))
+        for m in _ordered(sw, order)
+        for g in m.gaps
+    )
+    text = "variant's mean loss minus the baseline's at each budget, paired over shared seeds (no fitted law):"
+    return FitTable(header, rows, text, text[0].upper() + text[1:])
 
 
 def exponent_texts(sw: SweepFit, order: Sequence[str] | None = None) -> tuple[FitText, ...]:
@@ -197,7 +231,7 @@ def chinchilla_table(sw: SweepFit, settings: FitSettings) -> FitTable:
         ("curve", "status", "points", "E", "A", "B", "alpha", "beta"),
         rows,
         f"{SURFACE}:",
-        f"{SURFACE} per curve (N non-embedding parameters, D tokens; {int(round(settings.level * 100))}% intervals):",
+        f"{SURFACE} per curve (N non-embedding parameters, D tokens; {intervals_text(settings)}):",
     )
 
 
@@ -206,12 +240,32 @@ def chinchilla_table(sw: SweepFit, settings: FitSettings) -> FitTable:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def incomplete_text(n_unreadable: int) -> str:
+    """The mark of a fit that lost runs: ``INCOMPLETE: 1 unreadable run(s) left out``."""
+    return f"INCOMPLETE: {n_unreadable} unreadable run(s) left out"
+
+
+def incomplete_lines(report: FitReport) -> list[str]:
+    """The block ``attnres fit`` prints first when run.parquet files could not be read (none otherwise): what
+    that means for the numbers below, and each unreadable run folder with the reason."""
+    if report.complete:
+        return []
+    return [
+        f"  {incomplete_text(len(report.unreadable))}: their run.parquet could not be read, so the fits below are",
+        "  without them and a multiplier may rest on fewer runs or a smaller largest budget than the study has;",
+        "  repair or remove these folders (or rerun them) and fit again:",
+        *(f"    {p}" for p in report.unreadable),
+    ]
+
+
 def format_report(report: FitReport) -> str:
-    """Everything ``attnres fit`` prints before ``wrote fit.json``: the settings, the runs left out, and per
-    sweep its tables, the joint fit, the choice of exponent and the notes."""
-    out = _settings_lines(report)
-    if report.problems:
-        out += ["", "runs left out:", *(f"  {p}" for p in report.problems)]
+    """Everything ``attnres fit`` prints before ``wrote fit.json``: the unreadable runs when there are any
+    (first: they make the fit incomplete), the settings, the other runs left out, and per sweep its tables, the
+    joint fit, the choice of exponent and the notes."""
+    out = [f"attnres fit {report.results_dir}", *incomplete_lines(report), *_settings_lines(report)]
+    others = [p for p in report.problems if not p.unreadable]
+    if others:
+        out += ["", "runs left out:", *(f"  {p}" for p in others)]
     for sw in report.sweeps:
         out += _sweep_lines(sw, report.settings)
     return "\n".join(out)
@@ -226,11 +280,14 @@ def _settings_lines(report: FitReport) -> list[str]:
         "mean over seeds at the best LR" if s.select == "mean" else "best run (lowest loss over seeds and LRs)"
     )
     return [
-        f"attnres fit {report.results_dir}",
         f"  inputs sha256 {report.inputs_hash}; {report.n_runs} run(s) read, {len(report.problems)} problem(s)",
         f"  form {form_text}; compute in {UNIT_NAMES[s.compute_unit]}; points: {select_text}",
-        f"  Huber delta {s.delta:g} on log loss; {s.n_boot} bootstrap resamples (seed {s.seed}); "
-        f"intervals are {interval_name(s)}",
+        f"  Huber delta {s.delta:g} on log loss; "
+        + (
+            f"{s.n_boot} bootstrap resamples (seed {s.seed}); intervals are {interval_name(s)}"
+            if has_intervals(s)
+            else f"no bootstrap: point estimates only, {NO_INTERVAL}"
+        ),
     ]
 
 
@@ -249,9 +306,24 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
         out += _table_lines(curve_table(sw, settings))
     if sw.joint is not None:
         out.append(f"  {joint_text(sw.joint).line}")
+    if sw.unreadable and not sw.multipliers:
+        out.append(f"  {incomplete_text(len(sw.unreadable))} (listed at the top)")
     if sw.multipliers:
-        out += _table_lines(multiplier_table(sw, settings))
+        table = multiplier_table(sw, settings)
+        if sw.unreadable:  # the headline is marked where it is printed
+            table = replace(table, title=f"{incomplete_text(len(sw.unreadable))} (listed at the top); {table.title}")
+        lines = _table_lines(table)
+        notes = {m.variant: m.why for m in sw.multipliers if not m.reliable}
+        if notes:  # a trailing note on the row of each multiplier whose interval the data cannot calibrate
+            head = 3 + (1 if table.title else 0)
+            lines = lines[:head] + [
+                f"{line}  unreliable: {notes[m.variant]}" if m.variant in notes else line
+                for line, m in zip(lines[head:], sw.multipliers)
+            ]
+        out += lines
         out += _table_lines(budget_table(sw, settings))
+        if any(m.gaps for m in sw.multipliers):
+            out += _table_lines(gap_table(sw, settings))
         out += [f"  {text.line}" for text in exponent_texts(sw)]
     if sw.chinchilla:
         out += _table_lines(chinchilla_table(sw, settings))

@@ -332,6 +332,9 @@ class RuntimeConfig:
     compile: bool = False
     """torch.compile the model (baseline, ablations) or each sublayer (Full / Block; plus fused depth kernels on
     GPU)."""
+    checkpointing: Literal["none", "sublayer"] = "none"
+    """Activation checkpointing: sublayer recomputes each attention / MLP sublayer in backward instead of keeping
+    its activations (the same gradients; the depth attention's own saved tensors are small and kept)."""
 
     def __post_init__(self) -> None:
         _positive(self, "devices", "num_nodes")

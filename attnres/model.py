@@ -18,6 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnres.config import ModelConfig
 from attnres.mixers import AttnRes, DepthMixer, Recorder, build_mixer
@@ -126,6 +127,7 @@ class AttnResLM(nn.Module):
         self.reset_parameters()
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self.checkpointing = False  # runtime.checkpointing=sublayer: recompute each sublayer in backward
 
     @property
     def sublayers(self) -> list[nn.Module]:
@@ -150,9 +152,11 @@ class AttnResLM(nn.Module):
         if tokens.shape[-1] > self.cfg.seq_len:
             raise ValueError(f"sequence of {tokens.shape[-1]} tokens is longer than seq_len={self.cfg.seq_len}")
         state = self.depth.start(self.embed(tokens), recorder)
+        recompute = self.checkpointing and torch.is_grad_enabled()
         for layer, sublayer in enumerate(self.sublayers):
             h = self.depth.read(state, layer)
-            v = sublayer(h)
+            # the mixer's read and write stay outside: only the sublayer's own activations are recomputed
+            v = checkpoint(sublayer, h, use_reentrant=False) if recompute else sublayer(h)
             if recorder is not None:
                 recorder.input_rms[layer] = recorder.rms(h)
                 recorder.output_rms[layer] = recorder.rms(v)

@@ -15,7 +15,9 @@ profiler. ``depth ms`` times the depth mixing alone (forward + backward of the m
 replaced by a cheap element-wise stand-in; with ``--compile`` on CUDA or with ``--fused-depth``, through the
 fused kernels of ``attnres.kernels.fused``). On CPU the depth attention runs through the C++ kernels of
 ``attnres.kernels.cpu`` where they build (the header says ``native=True``); a variant named with ``-eager``
-(``block4-eager``) runs it in torch ops instead, side by side with the others.
+(``block4-eager``) runs it in torch ops instead, side by side with the others. A variant named with ``-ckpt``
+(``block4-ckpt``) trains with ``runtime.checkpointing=sublayer``: each sublayer recomputed in backward; its peak
+memory beside the plain variant's is what activation checkpointing saves.
 """
 
 from __future__ import annotations
@@ -40,10 +42,16 @@ from attnres.runtime import pin_malloc
 from attnres.variants import Variant
 
 EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
+CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
+
+
+def base_name(name: str) -> str:
+    """The variant without its -eager / -ckpt suffixes."""
+    return name.replace(EAGER, "").replace(CKPT, "")
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
-    base = name.removesuffix(EAGER)
+    base = base_name(name)
     main = Variant.parse_main(base) or Variant(base)  # other residuals (the ablations) as they are
     residual, n_blocks = main.name, main.n_blocks
     extra = {} if n_blocks is None else {"n_blocks": n_blocks}
@@ -59,7 +67,7 @@ class Runner:
     autocast: bool
 
     def step(self) -> None:
-        with native_kernels(not self.name.endswith(EAGER)):
+        with native_kernels(EAGER not in self.name):
             with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.autocast):
                 logits = self.model(self.tokens[:, :-1])
                 loss = F.cross_entropy(logits.float().flatten(0, 1), self.tokens[:, 1:].flatten())
@@ -171,7 +179,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.variant_names[0] != "baseline":
         parser.error("--variants must start with baseline (ratios are to the baseline)")
     for name in args.variant_names:
-        base = name.removesuffix(EAGER)
+        base = base_name(name)
         if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
     args.size_list = []
@@ -227,6 +235,7 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
         cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
         torch.manual_seed(0)
         model = AttnResLM(cfg).to(device)
+        model.checkpointing = CKPT in name
         if args.compile:  # as runtime.compile=true trains: see attnres.model.compile_model
             model = compile_model(model, fuse_depth=fused)
         elif isinstance(model.depth, AttnRes):
@@ -234,7 +243,7 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         runners.append(Runner(name, model, opt, tokens, autocast))
         dtype = torch.bfloat16 if autocast else torch.float32
-        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=not name.endswith(EAGER)))
+        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=EAGER not in name))
     for runner, depth in zip(runners, depth_runs):
         for _ in range(args.warmup):
             runner.step()

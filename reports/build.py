@@ -36,13 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from analysis.tables import NO_INTERVAL, intervals_text, with_interval
 from reports.data import MissingData
 from reports.document import Block, Bullets, Heading, Image, Paragraph, Table, to_html, to_markdown
+from reports.folder import FILES_LIST, REPORT_FORMAT, build_into, check_report_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import Estimate, FitReport, Results, SweepFit
 
-REPORT_FORMAT = "attnres-report/1"
 FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
@@ -96,12 +97,33 @@ class Headline:
     n_runs_variant: int
     n_runs_baseline: int
     status: str
+    n_boot: int = 1000
+    incomplete: int = 0  # unreadable run.parquet files that may belong to this sweep (the fit lost them)
+    unreliable: str = ""  # why the interval cannot be trusted (analysis marks it), or empty
+
+    @property
+    def interval(self) -> str:
+        """What the multiplier's brackets are: ``90% CI``, or why there are none."""
+        if self.n_boot <= 0:
+            from analysis.tables import NO_INTERVAL
+
+            return NO_INTERVAL
+        if not self.multiplier.has_interval:
+            return "no interval: the fit has no spare degrees of freedom"
+        return f"{int(round(self.level * 100))}% CI"
 
     def text(self) -> str:
-        pct = int(round(self.level * 100))
+        from analysis.tables import incomplete_text
+
+        mark = f"{incomplete_text(self.incomplete)}: " if self.incomplete else ""
         return (
-            f"{self.label}: M = {self.multiplier.text(3)} ({pct}% CI) at {self.compute:.3g} {self.compute_unit}, "
-            f"{self.exponent} exponent, {self.n_runs_variant} vs {self.n_runs_baseline} runs, fits {self.status}"
+            mark
+            + (
+                f"{self.label}: M = {self.multiplier.text(3)} ({self.interval}) at {self.compute:.3g} "
+                f"{self.compute_unit}, {self.exponent} exponent, {self.n_runs_variant} vs {self.n_runs_baseline} runs, "
+                f"fits {self.status}"
+            )
+            + (f"; interval unreliable: {self.unreliable}" if self.unreliable else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,10 +137,14 @@ class Headline:
             "compute_unit": self.compute_unit,
             "multiplier": self.multiplier.to_dict(),
             "level": self.level,
+            "n_boot": self.n_boot,
+            "complete": not self.incomplete,
+            "n_unreadable": self.incomplete,
             "exponent": self.exponent,
             "n_runs_variant": self.n_runs_variant,
             "n_runs_baseline": self.n_runs_baseline,
             "status": self.status,
+            "interval_unreliable": self.unreliable or None,
             "text": self.text(),
         }
 
@@ -187,13 +213,12 @@ _CAPTIONS = {
         "Validation loss against training compute on log-log axes: markers are the points the fits use ({points}; "
         "faint hollow markers are the individual runs), lines the fitted power laws per variant, and the lower panel "
         "shows each as a percentage of the baseline's fitted loss, so below 0 % means a lower loss than the baseline "
-        "at the same compute; the box gives each variant's multiplier M at its largest budget with its {pct}% "
-        "interval.",
+        "at the same compute; the box gives each variant's multiplier M at its largest budget {with_interval}.",
     ),
     "multiplier": (
         "Effective compute multiplier",
         "The compute the baseline needs to reach a variant's loss, divided by the variant's own compute (M), at each "
-        "measured budget with its {pct}% bootstrap interval, and from the fitted curves (solid: the headline, shared "
+        "measured budget {with_interval}, and from the fitted curves (solid: the headline, shared "
         "exponent or separate exponents; dotted: the other); M above the dashed line at 1 means the variant saves "
         "compute, and the thin dotted grey line is the paper's value from its own fits (their data).",
     ),
@@ -258,7 +283,9 @@ def build_report(
     as reference lines. ``strict``: raise on an unexpected error in a figure instead of recording it as
     skipped (tests use it). ``fit_options``: passed to :func:`analysis.fit_results` (form, select, baseline,
     level, n_boot, seed, delta, exponent, frontier, compute_unit, sweeps, chinchilla, budget_rtol).
-    Raises :class:`analysis.ResultsError` when ``results_dir`` is not a folder, and
+    Raises :class:`analysis.ResultsError` when ``results_dir`` is not a folder, :class:`analysis.OutputError`
+    (checked before any work) when ``out_dir`` cannot be written or is a folder of other files (a build replaces
+    its folder as a whole: it is made in a temporary sibling and swapped in, :mod:`reports.folder`), and
     :class:`analysis.AnalysisError` for bad fit options; nothing about the runs themselves raises.
     """
     import matplotlib
@@ -271,44 +298,31 @@ def build_report(
     unknown = [f for f in formats if f not in FIGURE_FORMATS]
     if unknown:
         raise ValueError(f"unknown figure format(s) {unknown}; choose from {', '.join(FIGURE_FORMATS)}")
+    out = Path(out_dir)
+    results_root = results_dir.root if isinstance(results_dir, Results) else Path(results_dir)
+    real_out = check_report_folder(out, results_root if Path(results_root).is_dir() else None)  # before any work
     results = results_dir if isinstance(results_dir, Results) else load_results(results_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fit's warnings are in its notes, which the report lists
         fit = fit_results(results, **fit_options)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    builder = _Builder(results, fit, out, formats, paper, strict)
-    headline = builder.headlines()
-    document = builder.document(headline)
-    blocks = document.blocks
-    from attnres.storage.schema import atomic_write_bytes
 
-    md_path, html_path, json_path, fit_path = (
-        out / "report.md",
-        out / "report.html",
-        out / "report.json",
-        out / "fit.json",
-    )
-    atomic_write_bytes(md_path, to_markdown(blocks).encode())
-    written = [md_path]
-    if html:
-        title = f"AttnRes report: {_title_name(results)}"
-        atomic_write_bytes(html_path, to_html(blocks, out, title).encode())
-        written.append(html_path)
-    atomic_write_bytes(fit_path, fit.to_json().encode())
-    written.append(fit_path)
-    files = document.files + written + [json_path]
-    record = builder.to_json(document, headline, files)
-    atomic_write_bytes(json_path, (json.dumps(record, indent=2, allow_nan=False) + "\n").encode())
-    _remove_stale(out, files)
+    def build(work: Path) -> tuple[Path, _Section, list[Headline], list[Path]]:
+        return (work, *_write_report(results, fit, work, formats, html, paper, strict))
+
+    # built in a temporary sibling and swapped in: the folder is always one whole report (reports/folder.py)
+    work, document, headline, files = build_into(real_out, build)
+
+    def moved(path: Path) -> Path:
+        return out / path.relative_to(work)
+
     return ReportSummary(
         out_dir=out,
-        report_md=md_path,
-        report_html=html_path if html else None,
-        report_json=json_path,
-        fit_json=fit_path,
-        files=tuple(files),
-        figures=tuple(document.figures),
+        report_md=out / "report.md",
+        report_html=out / "report.html" if html else None,
+        report_json=out / "report.json",
+        fit_json=out / "fit.json",
+        files=tuple(moved(p) for p in files),
+        figures=tuple(replace(f, files=tuple(moved(p) for p in f.files)) for f in document.figures),
         skipped=tuple(document.skipped),
         headline=tuple(headline),
         fit=fit,
@@ -317,32 +331,47 @@ def build_report(
     )
 
 
-def _title_name(results: Results) -> str:
-    return Path(str(results.root)).resolve().name or str(results.root)
-
-
-def _remove_stale(out: Path, files: Iterable[Path]) -> None:
-    """Delete figure and table files an earlier build of this folder wrote (listed in its report.json's
-    "files") that this build did not write again, so the folder never shows a figure the report no longer has."""
-    previous = out / ".report-files.json"
-    keep = {p.resolve() for p in files}
-    if previous.exists():
-        try:
-            old = json.loads(previous.read_text())
-        except (OSError, ValueError):
-            old = []
-        for rel in old:
-            path = (out / rel).resolve()
-            if (
-                path not in keep
-                and out.resolve() in path.parents
-                and path.suffix in (".png", ".svg", ".pdf", ".csv")
-                and path.exists()
-            ):
-                path.unlink()
+def _write_report(
+    results: Results,
+    fit: FitReport,
+    work: Path,
+    formats: tuple[str, ...],
+    html: bool,
+    paper: bool,
+    strict: bool,
+) -> tuple[_Section, list[Headline], list[Path]]:
+    """Draw and write the whole report into the (new, empty) folder ``work``: figures, tables, report.md,
+    report.html, fit.json, report.json and the list of the files written."""
     from attnres.storage.schema import atomic_write_bytes
 
-    atomic_write_bytes(previous, json.dumps(sorted(p.relative_to(out).as_posix() for p in files)).encode())
+    builder = _Builder(results, fit, work, formats, paper, strict)
+    headline = builder.headlines()
+    document = builder.document(headline)
+    blocks = document.blocks
+    md_path, html_path, json_path, fit_path = (
+        work / "report.md",
+        work / "report.html",
+        work / "report.json",
+        work / "fit.json",
+    )
+    atomic_write_bytes(md_path, to_markdown(blocks).encode())
+    written = [md_path]
+    if html:
+        title = f"AttnRes report: {_title_name(results)}"
+        atomic_write_bytes(html_path, to_html(blocks, work, title).encode())
+        written.append(html_path)
+    atomic_write_bytes(fit_path, fit.to_json().encode())
+    written.append(fit_path)
+    files = document.files + written + [json_path]
+    record = builder.to_json(document, headline, files)
+    atomic_write_bytes(json_path, (json.dumps(record, indent=2, allow_nan=False) + "\n").encode())
+    listing = json.dumps(sorted(p.relative_to(work).as_posix() for p in files)).encode()
+    atomic_write_bytes(work / FILES_LIST, listing)
+    return document, headline, files
+
+
+def _title_name(results: Results) -> str:
+    return Path(str(results.root)).resolve().name or str(results.root)
 
 
 def _json_clean(value: Any) -> Any:
@@ -443,6 +472,10 @@ class _Builder:
         )
         self.settings = fit.settings
         self.pct = int(round(self.settings.level * 100))
+        # "with its 90% interval", or why there is none (--n-boot 0)
+        self.with_interval = (
+            f"with its {self.pct}% bootstrap interval" if self.settings.n_boot > 0 else "(no interval: --n-boot 0)"
+        )
         self.sweeps = [s.sweep for s in fit.sweeps]  # every sweep of the results, or those the fit options chose
 
     # -- drawing ------------------------------------------------------------------------------------------
@@ -475,7 +508,7 @@ class _Builder:
         folder = self.out / "figures" / (_safe(sweep) if sweep else "reference")
         paths = save_figure(fig, folder / name, self.formats)
         title, caption = _CAPTIONS[caption_key]
-        caption = caption.format(pct=self.pct, **fmt)
+        caption = caption.format(with_interval=self.with_interval, **fmt)
         png = next(p for p in paths if p.suffix == ".png")
         rel = png.relative_to(self.out).as_posix()
         others = tuple(p.relative_to(self.out).as_posix() for p in paths if p.suffix != ".png")
@@ -556,8 +589,13 @@ class _Builder:
             + (", ".join(f"{k} ({v})" for k, v in precision) or "unknown"),
             "package versions of the runs: " + (", ".join(f"`{k}` ({v})" for k, v in versions) or "not recorded"),
             f"fits: {form}; compute in {_unit_name(s.compute_unit)}; points: {select}; baseline `{s.baseline}`; "
-            f"Huber delta {s.delta:g} on log loss; {s.n_boot} bootstrap resamples (seed {s.seed}); {self.pct}% "
-            f"intervals; exponent `{s.exponent}`; IsoFLOP frontier `{s.frontier}`; budgets within "
+            f"Huber delta {s.delta:g} on log loss; "
+            + (
+                f"{s.n_boot} bootstrap resamples (seed {s.seed}); {self.pct}% intervals"
+                if s.n_boot > 0
+                else f"no bootstrap: point estimates only, {NO_INTERVAL}"
+            )
+            + f"; exponent `{s.exponent}`; IsoFLOP frontier `{s.frontier}`; budgets within "
             f"{s.budget_rtol:g} relative FLOPs are one budget",
             f"made by `attnres report` ({_package_version()}); the same numbers as `attnres fit` with the same "
             "options (fit.json)",
@@ -588,12 +626,26 @@ class _Builder:
                         m.n_runs_variant,
                         m.n_runs_baseline,
                         f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}",
+                        n_boot=self.settings.n_boot,
+                        incomplete=len(sw.unreadable),
+                        unreliable="" if m.reliable else m.why,
                     )
                 )
         return out
 
     def headline_section(self, headline: Sequence[Headline]) -> list[Block]:
+        from analysis.tables import incomplete_text
+
         blocks: list[Block] = [Heading("Headline", 2)]
+        if not self.fit.complete:
+            blocks += [
+                Paragraph(
+                    f"**{incomplete_text(len(self.fit.unreadable))}.** Their run.parquet could not be read, so the "
+                    "fits are without them and a multiplier below may rest on fewer runs or a smaller largest budget "
+                    "than the study has; repair or remove these folders (or rerun them) and build the report again:"
+                ),
+                Bullets(tuple(f"`{p.path}`: {p.reason}" for p in self.fit.unreadable)),
+            ]
         if not headline:
             if not len(self.results.runs):
                 text = "No runs were found under the results directory, so there is nothing to fit."
@@ -608,11 +660,16 @@ class _Builder:
             {
                 "sweep": h.sweep,
                 "variant": h.label,
-                f"M at the largest budget [{self.pct}% CI]": h.multiplier.text(3),
+                with_interval("M at the largest budget", self.settings): h.multiplier.text(3),
                 f"at C ({unit})": f"{h.compute:.3g}",
                 "exponent": h.exponent,
                 "runs (variant/baseline)": f"{h.n_runs_variant}/{h.n_runs_baseline}",
                 "fit status (base/var/joint)": h.status,
+                **(
+                    {"complete": incomplete_text(h.incomplete) if h.incomplete else "yes"}
+                    if not self.fit.complete
+                    else {}
+                ),
             }
             for h in headline
         ]
@@ -621,10 +678,19 @@ class _Builder:
                 "M is the effective compute multiplier over the baseline: a variant with M = 1.25 reaches at compute "
                 f"C the loss the baseline reaches only with 1.25 C (compute in {unit}, each variant paying for its own "
                 "depth attention). Shown at each variant's largest measured budget, with "
-                f"{self.pct}% bootstrap intervals."
+                f"{intervals_text(self.settings)}."
             )
         )
         blocks.append(Table(pd.DataFrame(rows)))
+        unreliable = [h for h in headline if h.unreliable]
+        if unreliable:
+            blocks.append(
+                Paragraph(
+                    "**Intervals marked unreliable** (the data cannot support a calibrated interval of this kind; "
+                    "see docs/analysis.md):"
+                )
+            )
+            blocks.append(Bullets(tuple(f"{h.label} ({h.sweep}): {h.unreliable}" for h in unreliable)))
         return blocks
 
     # -- a sweep ------------------------------------------------------------------------------------------

@@ -47,10 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``attnres report``; returns the exit code (0 written, 2 bad input)."""
+    """Run ``attnres report``; returns the exit code: 0 written; 1 written but incomplete (some run.parquet could
+    not be read: the headline says INCOMPLETE and lists them); 2 bad input (a missing results directory, a bad
+    option or variant name, an output folder that cannot be written). Every error is one line on stderr."""
     from pathlib import Path
 
     from analysis.errors import AnalysisError
+    from analysis.tables import incomplete_text
     from reports.build import build_report
 
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUT
@@ -68,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     except AnalysisError as err:
         print(f"attnres report: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the disk filled up, a folder changed under the build: the old report is untouched
+        where = f" {err.filename!r}" if err.filename else ""
+        print(f"attnres report: error: cannot write the report{where}: {err.strerror or err}", file=sys.stderr)
+        return 2
     print(
         f"wrote {summary.report_md} ({len(summary.figures)} figures, {len(summary.skipped)} skipped) "
         f"in {summary.seconds:.1f} s"
@@ -84,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"  skipped {s}")
     if not len(summary.results.runs):
         print(f"attnres report: no runs found under {args.results_dir}", file=sys.stderr)
+    if not summary.fit.complete:
+        print(f"attnres report: {incomplete_text(len(summary.fit.unreadable))}, unreadable:", file=sys.stderr)
+        for p in summary.fit.unreadable:
+            print(f"  {p}", file=sys.stderr)
+        print("attnres report: the report is incomplete (its headline says so; exit code 1)", file=sys.stderr)
+        return 1
     return 0
 
 

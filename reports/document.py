@@ -144,14 +144,33 @@ h1 { font-size: 1.7em; border-bottom: 2px solid #ddd; padding-bottom: .2em; }
 h2 { font-size: 1.35em; margin-top: 1.8em; border-bottom: 1px solid #eee; }
 h3 { font-size: 1.12em; margin-top: 1.4em; }
 code { background: #f4f4f4; padding: 0 .25em; border-radius: 3px; font-size: .92em; }
-table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: .86em; display: block; overflow-x: auto; }
+.table { overflow-x: auto; margin: .6em 0 1.2em; }
+table { border-collapse: collapse; font-size: .86em; }
 th, td { border: 1px solid #ddd; padding: .25em .55em; text-align: left; white-space: nowrap; }
+table.wide { width: 100%; table-layout: auto; font-size: .76em; }
+table.wide th, table.wide td { white-space: normal; overflow-wrap: break-word; padding: .2em .35em; }
 th { background: #f6f6f6; }
 tr:nth-child(even) td { background: #fcfcfc; }
 figure { margin: 1em 0 1.8em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #444; margin-top: .3em; }
 """
+
+
+WIDE_TABLE_CHARS = 130  # a table wider than this (in characters, at the page's font) gets class "wide"
+
+
+def is_wide(header: Sequence[str], rows: Sequence[Sequence[str]]) -> bool:
+    """Whether a table would not fit the page's width on one line per cell (about 130 characters at the
+    table font): then it is set smaller, its cells wrap (at spaces and after "/") and it spans the page, so
+    every column shows without a horizontal scroll."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    return sum(widths) + 3 * len(widths) > WIDE_TABLE_CHARS
+
+
+def _cell_html(text: str, wide: bool) -> str:
+    escaped = html.escape(text)
+    return escaped.replace("/", "/<wbr>") if wide else escaped
 
 
 def _inline(text: str) -> str:
@@ -183,18 +202,21 @@ def to_html(blocks: Sequence[Block], root: Path, title: str) -> str:
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             header, rows, bold = table_cells(b)
+            wide = is_wide(header, rows)
             parts = [
-                "<table>",
-                "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>",
+                '<div class="table"><table class="wide">' if wide else '<div class="table"><table>',
+                "<thead><tr>" + "".join(f"<th>{_cell_html(h, wide)}</th>" for h in header) + "</tr></thead>",
                 "<tbody>",
             ]
             for cells, marks in zip(rows, bold):
                 tds = "".join(
-                    f"<td><strong>{html.escape(c)}</strong></td>" if i in marks and c else f"<td>{html.escape(c)}</td>"
+                    f"<td><strong>{_cell_html(c, wide)}</strong></td>"
+                    if i in marks and c
+                    else f"<td>{_cell_html(c, wide)}</td>"
                     for i, c in enumerate(cells)
                 )
                 parts.append(f"<tr>{tds}</tr>")
-            parts.append("</tbody></table>")
+            parts.append("</tbody></table></div>")
             out.append("".join(parts))
         elif isinstance(b, Image):
             data = base64.b64encode((root / b.path).read_bytes()).decode("ascii")

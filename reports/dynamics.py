@@ -26,6 +26,7 @@ from reports.style import (
     curve_variant,
     is_main_variant,
     rc_context,
+    readable_log_ticks,
     variant_color,
     variant_label,
     variant_linestyle,
@@ -75,6 +76,9 @@ def plot_loss_curves(
     keep = _keep(points, variants)
     if split is None:
         split = _loss_split(m, points, keep)
+    # the whole-run panel starts at each run's first logged step: validation is logged every eval_interval
+    # steps (the first at step 200, say), the training loss from the first steps on, so it is drawn there too
+    train = m[m["split"].astype(str) == "train"] if split == "val" else m.iloc[:0]
     m = m[m["split"].astype(str) == split]
     available = set(m["run_id"].astype(str).unique())
     shape, sel = reference_points(
@@ -84,10 +88,17 @@ def plot_loss_curves(
     with rc_context():
         fig, (ax, axz) = plt.subplots(1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [1, 1], "wspace": 0.22})
         zoom_lo, zoom_hi = _draw_loss_curves(ax, axz, m, sel, points, available)
+        with_train = _draw_training_loss(ax, train, sel, available)
         ax.set_xscale("log")
+        if with_train:
+            ax.set_yscale("log")  # from the first steps' loss down to the end's, and the end still readable
+            readable_log_ticks(ax, "y", max_ticks=10)
         ax.set_xlabel("training tokens")
-        ax.set_ylabel(ylabel)
-        ax.set_title("whole run (log tokens)", fontsize=10)
+        ax.set_ylabel("loss (nats/token)" if with_train else ylabel)
+        ax.set_title(
+            "whole run (log tokens; thin lines: training loss)" if with_train else "whole run (log tokens)",
+            fontsize=10,
+        )
         axz.set_xlabel("training tokens")
         axz.set_ylabel(ylabel)
         axz.set_title("second half of training", fontsize=10)
@@ -154,6 +165,35 @@ def _draw_loss_curves(
                 zoom_lo.append(float(y[half].min()))
                 zoom_hi.append(float(y[half].max()))
     return zoom_lo, zoom_hi
+
+
+def _draw_training_loss(ax: Any, train: pd.DataFrame, sel: pd.DataFrame, available: set[str]) -> bool:
+    """The training loss of each run drawn in validation loss (``available``) at the reference shape, as thin
+    lines on the whole-run panel from the first logged step; returns whether any was drawn."""
+    if train.empty:
+        return False
+    drawn = False
+    for curve in curve_order(sel["curve"]):
+        row = sel[sel["curve"] == curve].iloc[0]
+        for rid in sorted(i for i in row["run_ids"] if i in available):
+            d = train[train["run_id"].astype(str) == rid].sort_values("step")
+            x = d["tokens"].to_numpy(float)
+            # per-batch losses are noisy: a short running mean, that keeps the first logged step
+            window = max(1, len(d) // 25)
+            y = d["loss"].rolling(window, min_periods=1).mean().to_numpy(float)
+            pos = (x > 0) & np.isfinite(y)
+            if pos.any():
+                ax.plot(
+                    x[pos],
+                    y[pos],
+                    color=variant_color(curve),
+                    ls=variant_linestyle(curve),
+                    lw=0.8,
+                    alpha=0.45,
+                    zorder=1,
+                )
+                drawn = True
+    return drawn
 
 
 def _block_profiles(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analysis.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
 from reports.data import MissingData, sweep_fit
 from reports.style import (
@@ -175,7 +176,7 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
         ax.set_title(f"Scaling curves: sweep {sw.sweep} (points: {point_kind})")
         readable_log_ticks(ax, "y")
         ax.legend(loc="upper right", frameon=True, framealpha=0.9)
-        _multiplier_box(ax, sw, runs, int(round(settings.level * 100)))
+        _multiplier_box(ax, sw, runs, _percent(settings))
         bottom = axr if axr is not None else ax
         if axr is not None:
             axr.axhline(0.0, color="0.5", lw=0.8, ls=":")
@@ -238,13 +239,20 @@ class _ScalingPanels:
             self.axr.scatter(rx, self._relative(rx, ry), **style, zorder=3)
 
 
+def _percent(settings: Any) -> int:
+    """The intervals' level in percent (90), or 0 when there is no bootstrap and so no interval."""
+    return int(round(settings.level * 100)) if has_intervals(settings) else 0
+
+
 def _multiplier_box(ax: Any, sw: SweepFit, runs: pd.DataFrame | None, level: int) -> None:
-    """The box of figure 1 with each variant's multiplier at its largest budget (none without multipliers)."""
+    """The box of figure 1 with each variant's multiplier at its largest budget (none without multipliers);
+    ``level``: the intervals' level in percent, 0 without a bootstrap."""
     lines = [multiplier_text(m.variant, m.multiplier, _n_blocks(runs, sw.sweep, m.variant)) for m in sw.multipliers]
     if not lines:
         return
     exps = sorted({m.exponent for m in sw.multipliers})
-    head = f"M at the largest budget ({level}% CI, {' / '.join(exps)} exponent)"
+    ci = f"{level}% CI" if level else NO_INTERVAL
+    head = f"M at the largest budget ({ci}, {' / '.join(exps)} exponent)"
     ax.text(
         0.02,
         0.04,
@@ -280,14 +288,14 @@ def plot_multiplier(
     if not sw.multipliers:
         raise MissingData(no_multiplier_reason(report, sw))
     settings = report.settings
-    level = int(round(settings.level * 100))
+    level = _percent(settings)
     mults = sorted(sw.multipliers, key=lambda m: curve_order([x.variant for x in sw.multipliers]).index(m.variant))
     n = len(mults)
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
     with rc_context():
         fig, axes = plt.subplots(
-            nrows, ncols, sharey=True, squeeze=False, figsize=(0.6 + 3.9 * ncols, 0.9 + 3.5 * nrows)
+            nrows, ncols, sharey=True, squeeze=False, figsize=(0.6 + 3.9 * ncols, 0.9 + 4.4 * nrows)
         )
         highs, lows = [1.0], [1.0]
         refs: list[tuple[Any, float | None]] = []
@@ -333,7 +341,7 @@ def _multiplier_panel(ax: Any, sw: SweepFit, m: Any, level: int, highs: list[flo
         lw=1.0,
         mec="white",
         mew=0.5,
-        label=f"at each budget ({level}% CI)",
+        label=f"at each budget ({level}% CI)" if level else f"at each budget ({NO_INTERVAL})",
         zorder=4,
     )
     highs += [float(v) for v in np.concatenate([vals[ok], hi[ok & np.isfinite(hi)]])]
@@ -393,7 +401,7 @@ def _paper_references(axes: Any, refs: list[tuple[Any, float | None]], highs: li
     near = [ref for _, ref in refs if ref is not None and bottom - span <= ref <= top + span]
     top, bottom = max([top, *near]), min([bottom, *near])
     span = max(top - bottom, 0.05)
-    axes[0, 0].set_ylim(bottom - 0.08 * span, top + 0.08 * span + 0.55 * span)  # room for the legend
+    axes[0, 0].set_ylim(bottom - 0.08 * span, top + 0.08 * span)  # the legends are below the panels
     for ax, ref in refs:
         if ref is not None and ref in near:
             ax.axhline(
@@ -406,7 +414,8 @@ def _paper_references(axes: Any, refs: list[tuple[Any, float | None]], highs: li
             )
         elif ref is not None:
             ax.plot([], [], " ", label=f"the paper's fits (their data): {ref:.2f}, off this scale")
-        ax.legend(loc="upper left", fontsize=7.5, framealpha=0.9)
+        # below the panel (under its x label), so it never covers the data
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), fontsize=7.5, frameon=False, borderaxespad=0.0)
 
 
 def _paper_name(name: str) -> str:

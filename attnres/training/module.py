@@ -71,6 +71,7 @@ class LitLM(L.LightningModule):
         with torch.random.fork_rng():  # the initialisation is a function of the seed alone
             torch.manual_seed(cfg.train.seed)
             self.model = AttnResLM(cfg.model)
+        self.model.checkpointing = cfg.runtime.checkpointing == "sublayer"
         self.diverged: str | None = None
         self.grad_norm = math.nan
         self.param_grad_norms: dict[str, float] = {}  # per sublayer / block, at evaluation steps

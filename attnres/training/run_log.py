@@ -162,6 +162,9 @@ class RunLogger(L.Callback):
         rate = (step - prev_step) * self.run_row.budget.batch_tokens / elapsed if elapsed > 0 else None
         self._last_train_row = (step, self.train_s)
         self.last["train_loss"] = loss
+        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        if trainer.progress_bar_callback is None and trainer.is_global_zero:  # a batch job: a plain line instead
+            print(self.log_line(step, pl_module.steps, loss, lr, rate), flush=True)
         self.metrics.append(
             {
                 **self._at(step),
@@ -169,12 +172,28 @@ class RunLogger(L.Callback):
                 "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
                 "loss": loss,
                 "bpb": bits_per_byte(loss),
-                "lr": trainer.optimizers[0].param_groups[0]["lr"],
+                "lr": lr,
                 "grad_norm": pl_module.grad_norm,
                 "tokens_per_s": rate,
                 "wall_s": self.wall_s,
             }
         )
+
+    def log_line(self, step: int, steps: int, loss: float, lr: float, rate: float | None) -> str:
+        """``step 120/777  tokens 245,760  loss 2.3412  lr 8.00e-03  tok/s 45,100  eta 30s`` (train.log)."""
+        tokens = step * self.run_row.budget.batch_tokens
+        speed = f"{rate:,.0f}" if rate else "-"
+        eta = "-"
+        if rate:
+            seconds = (steps - step) * self.run_row.budget.batch_tokens / rate
+            eta = (
+                f"{seconds:.0f}s"
+                if seconds < 90
+                else f"{seconds / 60:.0f}m"
+                if seconds < 5400
+                else f"{seconds / 3600:.1f}h"
+            )
+        return f"step {step}/{steps}  tokens {tokens:,}  loss {loss:.4f}  lr {lr:.2e}  tok/s {speed}  eta {eta}"
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._eval_t0 = time.perf_counter()

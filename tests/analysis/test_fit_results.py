@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis import ChinchillaLaw, PowerLaw, fit_results, format_report, load_results
+from analysis import AnalysisError, ChinchillaLaw, PowerLaw, fit_results, format_report, load_results
 from analysis.fit import PFLOP_S_DAY
 from tests.synthetic_results import write_synthetic_results
 
@@ -123,11 +123,34 @@ def test_sweeps_are_fitted_separately_and_unfittable_ones_do_not_fail(tmp_path):
         fit_results(tmp_path, sweeps=["nope"])
 
 
-def test_without_a_baseline_curves_are_fitted_but_no_multiplier(tmp_path):
+def test_without_a_fitted_baseline_curves_are_fitted_but_no_multiplier(tmp_path):
     write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    # a variant "reference" with runs at one budget only: a real name, but no curve to invert
+    write_synthetic_results(tmp_path, multipliers={"reference": 1.1}, budgets=[2e16], tables=False)
     sweep = fit_results(tmp_path, baseline="reference", n_boot=0).sweeps[0]
     assert len(sweep.curves) == 2 and sweep.multipliers == ()
     assert any("no fitted baseline curve 'reference'" in n for n in sweep.notes)
+
+
+def test_an_unknown_baseline_is_one_clear_error_before_any_fitting(tmp_path, monkeypatch):
+    import analysis.sweep_fits
+
+    write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.2, "full": 1.27}, tables=False)
+
+    def no_fitting(*args, **kwargs):
+        raise AssertionError("fitted before checking the variant names")
+
+    monkeypatch.setattr(analysis.sweep_fits, "run_study", no_fitting)
+    with pytest.raises(AnalysisError) as err:
+        fit_results(tmp_path, baseline="basline", n_boot=0)
+    message = str(err.value)
+    assert "'basline'" in message and "did you mean 'baseline'?" in message
+    assert "variants found: baseline, block, full" in message and "\n" not in message
+    with pytest.raises(AnalysisError, match="variants found: baseline, block, full") as err:
+        fit_results(tmp_path, baseline="something-else", n_boot=0)
+    assert "did you mean" not in str(err.value)  # no suggestion when nothing is close
+    with pytest.raises(AnalysisError, match="did you mean 'synthetic'"):
+        fit_results(tmp_path, sweeps=["synthetc"], n_boot=0)
 
 
 def test_bad_settings_are_clear_errors(clean_tree):

@@ -88,6 +88,23 @@ def test_inputs_hash_is_stable_and_follows_the_numbers(tmp_path):
     assert load_results(tmp_path, tables=()).inputs_hash != first
 
 
+def test_inputs_hash_depends_on_the_runs_not_on_the_folder_passed(tmp_path):
+    """`attnres fit results` and `attnres fit results/demo` read the same runs: the same hash (the runs' paths
+    relative to the folder passed differ, and are not part of the content)."""
+    write_synthetic_results(
+        tmp_path / "results", sweep="demo", multipliers={"baseline": 1.0, "block": 1.2}, budgets=[1e15, 1e16]
+    )
+    whole = load_results(tmp_path / "results", tables=())
+    one = load_results(tmp_path / "results" / "demo", tables=())
+    assert set(whole.runs["path"]) != set(one.runs["path"])  # demo/<run_id> against <run_id>
+    assert whole.inputs_hash == one.inputs_hash
+    # a copy of the tree somewhere else is the same runs too
+    import shutil
+
+    shutil.copytree(tmp_path / "results" / "demo", tmp_path / "elsewhere" / "deeper" / "demo")
+    assert load_results(tmp_path / "elsewhere", tables=()).inputs_hash == whole.inputs_hash
+
+
 def test_missing_results_dir_is_one_clear_error(tmp_path):
     with pytest.raises(ResultsError, match="does not exist"):
         load_results(tmp_path / "nope")

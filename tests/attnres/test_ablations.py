@@ -211,3 +211,31 @@ def test_variant_names():
     assert cfg_of(residual="full", depth_window=8).variant == "full+window8"
     assert cfg_of(residual="mhc", hc_streams=2).variant == "mhc2"
     assert cfg_of(residual="full").variant == "full"
+
+
+CHECKPOINTED = [dict(residual="baseline"), dict(residual="full"), dict(residual="block", n_blocks=3), *ABLATIONS]
+
+
+@pytest.mark.parametrize("kw", CHECKPOINTED, ids=[cfg_of(**kw).variant for kw in CHECKPOINTED])
+def test_sublayer_checkpointing_gives_the_same_loss_and_gradients(kw):
+    """runtime.checkpointing=sublayer recomputes each sublayer in backward: the gradients must not change, for
+    every variant and ablation mixer (random depth parameters, so the mixers do not sit at their initial state)."""
+    torch.manual_seed(0)
+    model = randomize_depth(AttnResLM(cfg_of(**kw)))
+    x = tokens(model.cfg)
+    calls = []
+    model.sublayers[1].register_forward_pre_hook(lambda *_: calls.append(1))
+    results = []
+    for checkpointing in (False, True):
+        model.zero_grad()
+        model.checkpointing = checkpointing
+        calls.clear()
+        loss = model(x).float().logsumexp(-1).mean()
+        loss.backward()
+        assert len(calls) == (2 if checkpointing else 1)  # recomputed in backward, or kept
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss0, grads0), (loss1, grads1) = results
+    torch.testing.assert_close(loss1, loss0, rtol=0, atol=0)
+    assert grads1.keys() == grads0.keys() and grads0
+    for name in grads0:
+        torch.testing.assert_close(grads1[name], grads0[name], rtol=1e-6, atol=1e-7, msg=name)

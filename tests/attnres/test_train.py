@@ -382,3 +382,13 @@ def test_an_unwritable_output_is_one_line_naming_the_path(tmp_path, flag):
         message.startswith("attnres train: error: cannot write the run folder") and "is a file, not a folder" in message
     )
     assert str(in_the_way) in message
+
+
+def test_checkpointing_is_a_runtime_setting_with_the_same_run(tmp_path):
+    """runtime.checkpointing=sublayer trains the same run (same run id) to the same losses, recomputing sublayers."""
+    plain = resolve_run_config(None, [*TINY, "train.tokens=8000"])
+    ckpt = resolve_run_config(None, [*TINY, "train.tokens=8000", "runtime.checkpointing=sublayer"])
+    assert ckpt.run_id == plain.run_id
+    a = train(plain, tmp_path / "a", progress=False)
+    b = train(ckpt, tmp_path / "b", progress=False)
+    assert a.status == b.status == "done" and b.val_loss == pytest.approx(a.val_loss, abs=1e-5)

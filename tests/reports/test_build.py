@@ -133,7 +133,8 @@ def test_report_numbers_equal_attnres_fit_cli(built, tree, tmp_path):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the tree has an unreadable run.parquet: the fit is incomplete
+    assert "INCOMPLETE: 1 unreadable run(s)" in proc.stdout
     assert json.loads(out.read_text()) == json.loads(built.report_json.read_text())["fit"]
 
 
@@ -144,6 +145,25 @@ def test_html_is_self_contained(built):
     assert "<table>" in html and "Provenance" in html
 
 
+def test_html_wide_tables_fit_the_page(built):
+    """The multiplier table (11 columns, the wall-clock one among the last) is set to fit the page: smaller
+    font, cells that wrap, the table as wide as the page; a narrow table keeps one line per cell."""
+    import re
+
+    html = built.report_html.read_text()
+    css = html[html.index("<style>") : html.index("</style>")]
+    rules = {k.strip(): v for k, v in re.findall(r"([^{}]+?)\s*\{([^}]*)\}", css.removeprefix("<style>"))}
+    wide_table = rules["table.wide"]
+    assert "width: 100%" in wide_table and "font-size" in wide_table
+    assert "white-space: normal" in rules["table.wide th, table.wide td"]
+    assert "overflow-wrap" in rules["table.wide th, table.wide td"]
+    assert "display: block" not in rules["table"]  # a table is no longer its own horizontal scroll box
+    tables = re.findall(r"<table[^>]*>.*?</table>", html, flags=re.S)
+    multiplier = next(t for t in tables if "wall-clock M" in t and "separate exponents" in t)
+    assert multiplier.startswith('<table class="wide">')
+    assert any(t.startswith("<table>") for t in tables)  # the narrow ones are left as they were
+
+
 def test_building_twice_gives_identical_files(built, tree, tmp_path):
     again = reports.build_report(tree, tmp_path / "again", pdf=True, n_boot=N_BOOT, strict=True)
     for path in built.files:
@@ -151,17 +171,129 @@ def test_building_twice_gives_identical_files(built, tree, tmp_path):
         assert (again.out_dir / rel).read_bytes() == path.read_bytes(), rel
 
 
-def test_rebuilding_removes_figures_the_report_no_longer_has(tree, tmp_path):
+def test_rebuilding_removes_figures_the_report_no_longer_has(tree, tmp_path, monkeypatch):
+    import reports.scaling
+
     out = tmp_path / "out"
     first = reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True)
     assert (out / "figures" / "scaling" / "multiplier.png").exists()
     stray = out / "notes.txt"
     stray.write_text("mine")
-    second = reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True, baseline="nothing-called-this")
-    assert "multiplier" in skipped_names(second)
+    (out / "figures" / "scaling" / "mine.txt").write_text("mine too")
+
+    def not_this_time(*args, **kwargs):
+        raise reports.MissingData("not this time")
+
+    monkeypatch.setattr(reports.scaling, "plot_multiplier", not_this_time)
+    second = reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True)
+    assert skipped_names(second)["multiplier"] == "not this time"
     assert not (out / "figures" / "scaling" / "multiplier.png").exists()
-    assert stray.exists()  # files the builder did not write are never touched
+    # files the builder did not write are kept where they were
+    assert stray.read_text() == "mine" and (out / "figures" / "scaling" / "mine.txt").read_text() == "mine too"
     assert first.report_md == second.report_md
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left next to it
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too) by relative path, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_path, monkeypatch):
+    import reports.build
+    import reports.dynamics
+
+    out = tmp_path / "report"
+    reports.build_report(tree, out, formats=("png",), n_boot=20, strict=True)
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    assert "report.md" in before and "figures/scaling/multiplier.png" in before
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    # other options (a different report.md) and one figure raising after the first figures were written
+    monkeypatch.setattr(reports.dynamics, "plot_block_output_rms", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        reports.build_report(tree, out, formats=("png", "svg"), n_boot=10, strict=True)
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # the temporary folder is gone too
+
+    # an interruption that no figure error handling catches, while figures are being saved
+    calls = []
+
+    def interrupted(fig, stem, formats):
+        calls.append(stem)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_save(fig, stem, formats)
+
+    real_save = reports.build.save_figure
+    monkeypatch.undo()
+    monkeypatch.setattr(reports.build, "save_figure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        reports.build_report(tree, out, formats=("png", "svg"), n_boot=10)
+    assert len(calls) == 3 and snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_a_killed_build_leaves_the_previous_report_whole_and_the_next_build_cleans_up(tree, tmp_path):
+    """kill -9 in the middle of a rebuild: the folder is still exactly the first report; the next build removes
+    the killed build's temporary folder."""
+    import signal
+    import time
+
+    out = tmp_path / "report"
+    reports.build_report(tree, out, formats=("png",), n_boot=20, strict=True)
+    before = snapshot(out)
+    started = tmp_path / "started"
+    code = (
+        "import time, reports, reports.dynamics\n"
+        "def slow(*args, **kwargs):\n"
+        f"    open({str(started)!r}, 'w').close()\n"
+        "    time.sleep(120)\n"
+        "reports.dynamics.plot_block_output_rms = slow\n"
+        f"reports.build_report({str(tree)!r}, {str(out)!r}, formats=('png', 'svg'), n_boot=10)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the build did not reach its slow figure"
+            time.sleep(0.1)
+        building = [p for p in tmp_path.iterdir() if p.name.startswith(".report.building-")]
+        assert building and any((building[0] / "figures").rglob("*.png"))  # figures of the new build exist
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert snapshot(out) == before
+    again = reports.build_report(tree, out, formats=("png",), n_boot=20, strict=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "started"]
+    assert snapshot(out) == before and again.report_md == out / "report.md"
+
+
+def test_a_build_killed_between_its_two_renames_is_recovered(tree, tmp_path):
+    out = tmp_path / "report"
+    reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True)
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    aside = tmp_path / ".report.replaced-999999999-dead"
+    out.rename(aside)  # what a build killed after moving the old report aside leaves
+    reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True)
+    assert snapshot(out) == before and not aside.exists()
+
+
+def test_a_report_never_replaces_a_folder_of_other_files(tree, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("mine")
+    with pytest.raises(analysis.OutputError, match="not a report"):
+        reports.build_report(tree, mine, formats=("png",), n_boot=0)
+    assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
+    with pytest.raises(analysis.OutputError, match="holds the results"):
+        reports.build_report(tree, tree.parent, formats=("png",), n_boot=0)
 
 
 def test_pflops_days_and_shared_exponent_options(tree, tmp_path):
@@ -322,14 +454,92 @@ def test_cli_register_and_run(tree, tmp_path, capsys):
         ["report", str(tree), "--out", str(tmp_path / "out"), "--n-boot", "20", "--no-svg", "--no-html"]
     )
     assert args.func is run
-    assert run(args) == 0
-    printed = capsys.readouterr().out
-    assert "report.md" in printed and "Block AttnRes (N=4): M = " in printed
+    assert run(args) == 1  # written, but the tree has an unreadable run.parquet: incomplete
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "report.md" in printed and "INCOMPLETE: 1 unreadable run(s) left out: Block AttnRes (N=4): M = " in printed
+    assert "scaling/broken-0" in captured.err and "incomplete" in captured.err
     assert (tmp_path / "out" / "report.md").is_file()
     assert not (tmp_path / "out" / "report.html").exists()
     assert not list((tmp_path / "out").rglob("*.svg"))
     args = parser.parse_args(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
     assert run(args) == 2
+
+
+def report_cli(argv: list[str]):
+    import argparse
+
+    from reports.cli import register, run
+
+    parser = argparse.ArgumentParser(prog="attnres")
+    register(parser.add_subparsers(dest="command"))
+    return run(parser.parse_args(["report", *argv]))
+
+
+def test_cli_refuses_an_unknown_baseline_before_building(tree, tmp_path, capsys):
+    assert report_cli([str(tree), "--out", str(tmp_path / "out"), "--baseline", "basline"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "did you mean 'baseline'?" in err and "variants found: baseline, block, full" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["file in the way", "file above", "not writable"])
+def test_cli_refuses_an_unwritable_report_folder_before_any_work(tree, tmp_path, capsys, monkeypatch, where):
+    import analysis.output
+
+    monkeypatch.setattr(analysis, "fit_results", lambda *a, **k: pytest.fail("fitted before the check"))
+    (tmp_path / "a-file").write_text("x")
+    if where == "file in the way":
+        out, expected = tmp_path / "a-file", "a file is in the way"
+    elif where == "file above":
+        out, expected = tmp_path / "a-file" / "report", "is a file, not a folder"
+    else:
+
+        def refused(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(analysis.output.tempfile, "mkstemp", refused)
+        out, expected = tmp_path / "ro" / "report", "no permission to write there"
+    assert report_cli([str(tree), "--out", str(out), "--n-boot", "0", "--no-svg"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith("attnres report: error: cannot write the report folder") and str(out) in err
+    assert expected in err
+    assert (tmp_path / "a-file").read_text() == "x"
+
+
+def test_cli_reports_a_failed_write_in_one_line(tree, tmp_path, capsys, monkeypatch):
+    import reports.build
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / "out" / "report.md"))
+
+    monkeypatch.setattr(reports.build, "to_markdown", full)
+    assert report_cli([str(tree), "--out", str(tmp_path / "out"), "--n-boot", "0", "--no-svg"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1].startswith("attnres report: error: cannot write the report")
+    assert "No space left on device" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no half-built folder left
+
+
+def test_report_without_bootstrap_says_there_is_no_interval(tree, tmp_path):
+    summary = reports.build_report(tree, tmp_path / "out", formats=("png",), n_boot=0, strict=True)
+    md = summary.report_md.read_text()
+    assert "% CI" not in md and "90% bootstrap" not in md and "90% interval" not in md
+    assert "no interval (--n-boot 0)" in md
+    assert all("(no interval (--n-boot 0))" in h.text() and "[" not in h.text() for h in summary.headline)
+    assert "| M at the largest budget |" in md  # the headline table's column, plain
+
+
+def test_report_of_a_tree_with_an_unreadable_run_marks_its_headline(tree, built):
+    md = built.report_md.read_text()
+    headline = md.split("## Headline")[1].split("\n## ")[0]
+    assert "**INCOMPLETE: 1 unreadable run(s) left out.**" in headline and "`scaling/broken-0`" in headline
+    assert all(h.text().startswith("INCOMPLETE: 1 unreadable run(s) left out: ") for h in built.headline)
+    record = json.loads(built.report_json.read_text())
+    assert record["fit"]["complete"] is False and all(h["complete"] is False for h in record["headline"])
+    problems = md.split("## Runs left out")[1]
+    assert problems.index("scaling/broken-0") < problems.index("unfinished")  # the unreadable one first
 
 
 def test_attnres_report_command(tree, tmp_path):
@@ -346,7 +556,7 @@ def test_attnres_report_command(tree, tmp_path):
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # written; incomplete (the tree has an unreadable run.parquet)
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert "headline" in proc.stdout
 
@@ -373,3 +583,21 @@ def test_cli_module_import_is_light():
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_headline_says_when_its_interval_is_unreliable(tmp_path):
+    """Three budgets cannot calibrate the budget bootstrap: the headline carries the mark and the reason."""
+    import analysis
+    from reports.build import build_report
+    from tests.synthetic_results import write_synthetic_results
+
+    tree = write_synthetic_results(
+        tmp_path / "r", multipliers={"baseline": 1.0, "full": 1.2}, budgets=[1e15, 1e16, 1e17], tables=False
+    )
+    fit = analysis.fit_results(analysis.load_results(tree.root, tables=()), n_boot=50, interval="budgets")
+    (m,) = fit.sweeps[0].multipliers
+    assert not m.reliable
+    summary = build_report(tree.root, tmp_path / "out", formats=("png",), n_boot=50, interval="budgets")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "Intervals marked unreliable" in text and m.why in text
+    assert summary is not None

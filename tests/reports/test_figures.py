@@ -153,6 +153,32 @@ def test_multiplier_figure(scaling):
         assert marker_lines and np.allclose(sorted(marker_lines[0].get_xdata()), sorted(budgets))
 
 
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("variants", [("full", "block"), ("full", "block", "mhc4", "denseformer")])
+def test_multiplier_legends_cover_no_data(tmp_path, variants):
+    """Each panel's legend lies outside every panel (so it covers no point, band or line) and inside the
+    figure, with one row of panels and with two."""
+    multipliers = {"baseline": 1.0, **dict(zip(variants, (1.27, 1.25, 1.1, 1.05)))}
+    write_synthetic_results(tmp_path, multipliers=multipliers, budgets=np.geomspace(1e15, 1e17, 4), tables=False)
+    results = analysis.load_results(tmp_path, tables=())
+    fig = reports.plot_multiplier(analysis.fit_results(results, n_boot=50), runs=results.runs)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == len(variants)
+    figure_box = fig.bbox
+    for ax in panels:
+        legend = ax.get_legend()
+        assert legend is not None
+        box = legend.get_window_extent(renderer)
+        for other in panels:
+            assert not _overlap(box, other.get_window_extent(renderer)), (ax.get_title(), other.get_title())
+        assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1 and figure_box.y0 <= box.y0, ax.get_title()
+
+
 def test_multiplier_figure_without_baseline_says_why(tmp_path):
     write_synthetic_results(tmp_path, multipliers={"full": 1.2}, tables=False)
     runs = analysis.load_results(tmp_path, tables=()).runs
@@ -177,14 +203,31 @@ def test_loss_curves(scaling):
     assert whole.get_xscale() == "log"
     for ax in (whole, zoom):
         assert ax.get_xlabel() == "training tokens"
-        assert ax.get_ylabel() == "validation loss (nats/token)"
+    assert zoom.get_ylabel() == "validation loss (nats/token)"
+    assert whole.get_ylabel() == "loss (nats/token)" and "thin lines: training loss" in whole.get_title()
     legend = texts(fig)["legend"]
     assert legend == ["baseline (2 seeds)", "Full AttnRes (2 seeds)", "Block AttnRes (N=4) (2 seeds)"]
-    assert len(whole.get_lines()) == 6  # 3 variants x 2 seeds
+    assert len(whole.get_lines()) == 12  # 3 variants x 2 seeds, validation and training loss
     assert "n_layer=" in texts(fig)["title"][-1]  # the reference shape is named
     # the reference shape is the largest budget: its tokens are the longest lines
     top_tokens = results.finished["tokens"].max()
     assert max(line.get_xdata().max() for line in whole.get_lines()) == pytest.approx(top_tokens, rel=0.01)
+
+
+def test_loss_curves_whole_run_starts_at_the_first_logged_step(scaling):
+    """Validation is logged every eval_interval steps, the training loss from the first steps: the whole-run
+    panel's data start at the reference runs' first logged step, not at their first validation."""
+    results, _ = scaling
+    fig = reports.plot_loss_curves(results.runs, results.metrics, sweep="scaling")
+    whole = fig.axes[0]
+    finished = results.finished
+    top = finished[finished["tokens"] == finished["tokens"].max()]  # the reference shape: the largest budget
+    m = results.metrics[results.metrics["run_id"].isin(top["run_id"]) & (results.metrics["tokens"] > 0)]
+    first, first_val = m["tokens"].min(), m.loc[m["split"] == "val", "tokens"].min()
+    assert first < first_val
+    drawn = np.concatenate([line.get_xdata() for line in whole.get_lines()])
+    assert drawn.min() == pytest.approx(first) and whole.get_xlim()[0] <= first
+    assert drawn.max() == pytest.approx(m["tokens"].max())
 
 
 def test_loss_curves_fall_back_to_training_loss(scaling):

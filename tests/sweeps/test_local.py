@@ -276,3 +276,12 @@ def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file,
     err = capsys.readouterr().err
     assert "236/236" in err and "step" in err  # two runs of 118 steps
     assert f"{runs[0].run_id} " in err and "/118" in err  # a run in training with its step
+
+
+def test_a_workers_train_log_has_a_loss_line_every_log_interval(reference):
+    """Batch jobs (sweep workers, SLURM tasks) have no progress bar: train.log gets a plain line per log_interval."""
+    results, _ = reference
+    log = next((results / "tiny").glob("*/train.log")).read_text()
+    lines = [line for line in log.splitlines() if line.startswith("step ")]
+    assert len(lines) >= 118 // GRID["defaults"]["train"]["log_interval"]
+    assert lines[-1].startswith("step 118/118") and all(f" {k} " in lines[0] for k in ("tokens", "loss", "lr", "eta"))
