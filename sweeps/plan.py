@@ -32,8 +32,12 @@ DEFAULT_FLOPS_PER_S = {
 }
 
 
-# Fixed cost of a run beyond its FLOPs: process start, data, checkpoints (CPU); plus compile / NCCL set-up (GPU).
-OVERHEAD_S = {"cpu": 3.0, "gpu": 60.0}
+# Fixed cost of a run beyond its FLOPs and steps: model, trainer, data, checkpoints in a warm worker (CPU); plus compile
+# and NCCL set-up in a fresh job (GPU). On CPU the fit's intercept (3.3 s) is mostly evaluation, which the step and
+# FLOP terms already hold for tiny runs: the smoke grid's 6 runs took 9 s in all on a quiet 2-core machine.
+OVERHEAD_S = {"cpu": 0.3, "gpu": 60.0}
+# Once per local sweep: the launcher and its workers start and import torch.
+SWEEP_OVERHEAD_S = 4.0
 # Per optimizer step beyond its FLOPs with the default CPU throughput (Python, the optimizer, logging): see above.
 STEP_OVERHEAD_S = {"cpu": 0.0115, "gpu": 0.0}
 TO_BE_TUNED = "tuned"  # the lr column of a run whose learning rate `attnres tune` has not chosen yet
@@ -222,7 +226,7 @@ def format_plan(
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged"))
     sources = sorted({r.rate_source for r in rows})
-    wall = total_s / max(1, parallel)
+    wall = total_s / max(1, parallel) + (SWEEP_OVERHEAD_S if launcher == "local" and total_s else 0.0)
     how = "one after another on this machine's CPU" if launcher == "local" else f"up to {parallel} at a time"
     lines.append(
         f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
