@@ -219,14 +219,22 @@ def run_study(
             thetas[c.label], oks[c.label] = _refit(fit.model, fit.theta, y_fit, None, delta)
             y_points[c.label], y_fits[c.label] = y_pt, y_fit
         study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points)
-        labels = tuple(c.label for c in curves)
-        if joint and len(curves) >= 2:
-            study.joint = fit_joint_curves([c.compute for c in curves], [c.loss for c in curves], form, delta, n_starts)
-            study.joint_labels = labels
-            if n_boot > 0:
-                y_star = np.concatenate([y_fits[lab] for lab in labels], axis=1)
-                study.joint_theta, study.joint_ok = _refit(study.joint.model, study.joint.theta, y_star, None, delta)
+        _add_joint(study, curves, y_fits, joint, n_starts)
     return study
+
+
+def _add_joint(study: Study, curves: Sequence[CurveData], y_fits: dict, joint: bool, n_starts: int) -> None:
+    """The joint fit with a shared exponent (and its replicates, refitted on the curves' resampled points)."""
+    if not (joint and len(curves) >= 2):
+        return
+    labels = tuple(c.label for c in curves)
+    study.joint = fit_joint_curves(
+        [c.compute for c in curves], [c.loss for c in curves], study.form, study.delta, n_starts
+    )
+    study.joint_labels = labels
+    if study.n_boot > 0:
+        y_star = np.concatenate([y_fits[lab] for lab in labels], axis=1)
+        study.joint_theta, study.joint_ok = _refit(study.joint.model, study.joint.theta, y_star, None, study.delta)
 
 
 def _run_budget_study(
@@ -274,13 +282,7 @@ def _run_budget_study(
             thetas[c.label], oks[c.label] = _refit(fit.model, fit.theta, y_fit, None, delta)
             y_points[c.label], y_fits[c.label] = y_pt, y_fit
         study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points, interval=BUDGETS)
-        labels = tuple(c.label for c in curves)
-        if joint and len(curves) >= 2:
-            study.joint = fit_joint_curves([c.compute for c in curves], [c.loss for c in curves], form, delta, n_starts)
-            study.joint_labels = labels
-            if n_boot > 0:
-                y_star = np.concatenate([y_fits[lab] for lab in labels], axis=1)
-                study.joint_theta, study.joint_ok = _refit(study.joint.model, study.joint.theta, y_star, None, delta)
+        _add_joint(study, curves, y_fits, joint, n_starts)
     return study
 
 
