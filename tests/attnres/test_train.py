@@ -120,7 +120,8 @@ def readable_or_absent(run_dir: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
 def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig):
-    args = TINY + ["train.tokens=160000", "train.eval_interval=20", "--no-progress"]
+    # 469 steps: long enough that the signal lands mid-run on a fast, quiet machine (157 steps once finished first)
+    args = TINY + ["train.tokens=480000", "train.eval_interval=20", "--no-progress"]
     straight = run_cli("train", *args, "--out", str(tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr
 
