@@ -210,18 +210,20 @@ def run_local(
     dirs = [run_dir_for(cfg, results) for cfg in runs]
     outcomes: dict[int, RunOutcome] = {}
     pending: deque[int] = deque()
+    start_steps: dict[int, int] = {}  # where each unfinished run starts (a resumed run at its step)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
         row = read_status(run_dir)
         if row and row["status"] in FINAL:
             outcomes[i] = _finished(cfg, run_dir, row, error=row.get("error"))
         else:
             pending.append(i)
+            start_steps[i] = (row or {}).get("step") or 0
     skipped = len(outcomes)
     interrupted = False
     if pending:
         runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
-        launcher = _Launcher(runs, dirs, outcomes, pending, log, poll_s)
+        launcher = _Launcher(runs, dirs, outcomes, pending, start_steps, log, poll_s)
         launcher.bar = _progress(launcher.total_steps, launcher.steps_done, sweep, progress)
         interrupted = launcher.run(workers)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
@@ -243,13 +245,13 @@ def _finished(cfg: RunConfig, run_dir: Path, row: dict, error: str | None = None
 class _Launcher:
     """The worker pool of one ``run_local`` pass: hands out runs, collects outcomes, replaces dead workers."""
 
-    def __init__(self, runs, dirs, outcomes, pending, log, poll_s) -> None:
+    def __init__(self, runs, dirs, outcomes, pending, start_steps, log, poll_s) -> None:
         from attnres.costs import run_budget
 
         self.runs, self.dirs, self.outcomes, self.pending = runs, dirs, outcomes, pending
         self.bar, self.log, self.poll_s = None, log, poll_s
         self.max_steps = {i: run_budget(runs[i]).steps for i in pending}
-        self.step = {i: (read_status(dirs[i]) or {}).get("step") or 0 for i in pending}  # resumed runs start there
+        self.step = dict(start_steps)
         self.total_steps, self.steps_done = sum(self.max_steps.values()), sum(self.step.values())
         self.deferred: dict[int, float] = {}  # run index -> when it was found busy
         self.pool: list[_Worker] = []

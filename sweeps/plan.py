@@ -127,9 +127,9 @@ def tuning_plan(
         known = variant_labels(grid, size)
         for label in [v for v in grid.tune.variants if v == "baseline" or v in known]:
             cfg = make_run(grid, size, label, grid.tune.budget, grid.seeds[0], sweep=grid.tune_sweep)
-            run = PlannedRun(cfg, size, label, grid.tune.budget, {}, to_be_tuned=True)
-            runs += [run] * grid.tune.trials
-    return plan_rows(runs, measured_rates(results, grid.tune_sweep), None, launcher, flops_per_s)
+            runs.append(PlannedRun(cfg, size, label, grid.tune.budget, {}, to_be_tuned=True))
+    rows = plan_rows(runs, measured_rates(results, grid.tune_sweep), None, launcher, flops_per_s)
+    return [row for row in rows for _ in range(grid.tune.trials)]  # every trial of a study costs the same
 
 
 def plan_rows(

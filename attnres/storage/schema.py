@@ -195,20 +195,6 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
     return table
 
 
-def unwritable(folder: str | Path) -> str | None:
-    """Why ``folder`` could not be created or written, in plain words (None: it can), without creating it: a
-    file in the way, no permission, a read-only file system."""
-    path = Path(folder).absolute()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is a file, not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable (no permission, or a read-only file system)"
-    return None
-
-
 def read_run_row(run_dir: str | Path) -> dict[str, Any] | None:
     """The run.parquet row of a run folder as a dict, or None when there is none to trust (never started,
     truncated by a crash of an older writer, another schema version, a foreign file): such a run is simply

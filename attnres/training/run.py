@@ -21,6 +21,7 @@ from attnres.config import ConfigError, RunConfig, dump_yaml, from_dict, load_ya
 from attnres.costs import Budget, run_budget
 from attnres.data.corpus import Corpus, check_run_data, load_corpus
 from attnres.storage import locks, schema
+from attnres.storage.writable import folder_problem
 
 
 class RunBusy(RuntimeError):
@@ -118,7 +119,7 @@ def train(
     ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
     """
     run_dir = Path(run_dir)
-    if why := schema.unwritable(run_dir):
+    if why := folder_problem(run_dir):
         raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
     check_same_run(cfg, run_dir)
     previous = schema.read_run_row(run_dir)

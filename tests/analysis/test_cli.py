@@ -143,8 +143,8 @@ def test_fit_on_an_empty_folder_says_no_runs_and_writes_nothing(tmp_path, capsys
 
 @pytest.mark.parametrize("where", ["file in the way", "folder at the path", "not writable"])
 def test_fit_refuses_an_unwritable_output_before_fitting(clean, tmp_path, capsys, monkeypatch, where):
-    import analysis.output
     import analysis.sweep_fits
+    import attnres.storage.writable
 
     monkeypatch.setattr(analysis.sweep_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
     if where == "file in the way":
@@ -158,7 +158,7 @@ def test_fit_refuses_an_unwritable_output_before_fitting(clean, tmp_path, capsys
         def refused(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(analysis.output.tempfile, "mkstemp", refused)
+        monkeypatch.setattr(attnres.storage.writable.tempfile, "mkstemp", refused)
         out, expected = tmp_path / "ro" / "fit.json", "no permission to write there"
     assert run(parse(["fit", str(clean), "--out", str(out)])) == 2
     line = one_error_line(capsys.readouterr().err)

@@ -485,7 +485,7 @@ def test_cli_refuses_an_unknown_baseline_before_building(tree, tmp_path, capsys)
 
 @pytest.mark.parametrize("where", ["file in the way", "file above", "not writable"])
 def test_cli_refuses_an_unwritable_report_folder_before_any_work(tree, tmp_path, capsys, monkeypatch, where):
-    import analysis.output
+    import attnres.storage.writable
 
     monkeypatch.setattr(analysis, "fit_results", lambda *a, **k: pytest.fail("fitted before the check"))
     (tmp_path / "a-file").write_text("x")
@@ -498,7 +498,7 @@ def test_cli_refuses_an_unwritable_report_folder_before_any_work(tree, tmp_path,
         def refused(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(analysis.output.tempfile, "mkstemp", refused)
+        monkeypatch.setattr(attnres.storage.writable.tempfile, "mkstemp", refused)
         out, expected = tmp_path / "ro" / "report", "no permission to write there"
     assert report_cli([str(tree), "--out", str(out), "--n-boot", "0", "--no-svg"]) == 2
     err = capsys.readouterr().err.strip()
