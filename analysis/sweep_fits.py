@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Estimate, estimate, json_number
+from analysis.checks import MissingSeeds, check_budget_ranges, check_form_budgets, missing_seeds
 from analysis.errors import AnalysisError, FitInputError
 from analysis.fit import (
     HUBER_DELTA,
@@ -66,6 +67,7 @@ from analysis.select import BUDGET_RTOL, SELECT_METHODS, isoflop_frontier, needs
 FORMAT = "attnres-fit/1"
 COMPUTE_UNITS = {"flops": 1.0, "pflops_days": PFLOP_S_DAY}
 UNIT_NAMES = {"flops": "training FLOPs", "pflops_days": "PFLOP/s-days (1e15 * 86400 training FLOPs)"}
+_UNIT_SHORT = {"flops": "FLOPs", "pflops_days": "PFLOP/s-days"}
 EXPONENT_MODES = ("auto", "shared", "unshared")
 FRONTIER_MODES = ("auto", "on", "off")
 
@@ -402,6 +404,9 @@ class SweepFit:
     ``unreadable``: the folders (relative to the results root) of unreadable run.parquet files that may belong
     to this sweep (in its folder, or anywhere when the results root is the sweep folder itself): the sweep's
     fits are incomplete when there are any (:attr:`FitReport.unreadable`).
+
+    ``missing_seeds``: the (curve, budget) points that lack a seed another curve ran at the same budget
+    (:func:`analysis.checks.missing_seeds`), printed by ``attnres fit`` under the sweep's heading.
     """
 
     sweep: str
@@ -414,6 +419,7 @@ class SweepFit:
     notes: tuple[str, ...]
     points: pd.DataFrame = field(repr=False, compare=False)
     unreadable: tuple[str, ...] = ()
+    missing_seeds: tuple[MissingSeeds, ...] = ()
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:
@@ -452,6 +458,7 @@ class SweepFit:
             "flops_convention": list(self.flops_convention),
             "frontier": self.frontier,
             "notes": list(self.notes),
+            "missing_seeds": [m.to_dict() for m in self.missing_seeds],
             "curves": [c.to_dict() for c in self.curves],
             "joint": joint,
             "multipliers": [m.to_dict() for m in self.multipliers],
@@ -553,9 +560,23 @@ def _collect_warnings(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[str
     return out, [str(w.message) for w in caught]
 
 
-def _fit_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> SweepFit:
-    """Points, curves, joint fit, multipliers and Chinchilla surfaces of one sweep (the module docstring's
-    steps 1-4); every note on the way goes into the sweep's notes."""
+@dataclass
+class _Prepared:
+    """A sweep's points, chosen and checked, before any law is fitted (:func:`_prepare_sweep`)."""
+
+    sweep: str
+    points: pd.DataFrame
+    conventions: tuple[str, ...]
+    frontier: bool
+    data: list[CurveData]
+    rows: dict[str, pd.DataFrame]
+    notes: list[str]
+    missing_seeds: tuple[MissingSeeds, ...]
+
+
+def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Prepared:
+    """Step 1 of the module docstring, and the checks of :mod:`analysis.checks`: the points of every curve,
+    a :class:`FitInputError` for what no fit can support, and the seeds missing at some budget."""
     notes: list[str] = []
     points, warned = _collect_warnings(select_points, runs, method=settings.select)
     notes += warned
@@ -571,18 +592,37 @@ def _fit_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> SweepFi
     if use_frontier and not points.empty:
         curve_points, frontier_notes = isoflop_frontier(points, rtol=settings.budget_rtol, delta=settings.delta)
         notes += list(frontier_notes)
-    data, rows = _curve_data(curve_points, settings, notes)
-    if not data:
+    data, rows = _curve_data(curve_points, settings, notes, sweep)
+    check_budget_ranges(sweep, data, settings.baseline, _UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
+    return _Prepared(sweep, points, conventions, use_frontier, data, rows, notes, missing_seeds(points))
+
+
+def _fit_sweep(prepared: _Prepared, settings: FitSettings) -> SweepFit:
+    """Curves, joint fit, multipliers and Chinchilla surfaces of one prepared sweep (the module docstring's
+    steps 2-4); every note on the way goes into the sweep's notes."""
+    p, notes = prepared, prepared.notes
+    if not p.data:
         notes.append("no curve could be fitted")
-        return SweepFit(sweep, conventions, use_frontier, (), None, (), {}, tuple(notes), points)
-    fitted = [d.label for d in data]
-    study, joint, multipliers = fit_curves(data, settings, rows, _throughput_by_shape(points), notes)
-    curves = [_curve_result(study, label, rows[label], settings, notes) for label in fitted]
+        return SweepFit(
+            p.sweep, p.conventions, p.frontier, (), None, (), {}, tuple(notes), p.points, missing_seeds=p.missing_seeds
+        )
+    fitted = [d.label for d in p.data]
+    study, joint, multipliers = fit_curves(p.data, settings, p.rows, _throughput_by_shape(p.points), notes)
+    curves = [_curve_result(study, label, p.rows[label], settings, notes) for label in fitted]
     chinchilla = {}
-    if settings.chinchilla and not points.empty:
-        chinchilla = _chinchilla_fits(points, fitted, settings, notes)
+    if settings.chinchilla and not p.points.empty:
+        chinchilla = _chinchilla_fits(p.points, fitted, settings, notes)
     return SweepFit(
-        sweep, conventions, use_frontier, tuple(curves), joint, tuple(multipliers), chinchilla, tuple(notes), points
+        p.sweep,
+        p.conventions,
+        p.frontier,
+        tuple(curves),
+        joint,
+        tuple(multipliers),
+        chinchilla,
+        tuple(notes),
+        p.points,
+        missing_seeds=p.missing_seeds,
     )
 
 
@@ -598,6 +638,7 @@ def fit_curves(
     points). ``rows`` / ``throughput`` (the curves' point tables, FLOP/s per shape) give the wall-clock
     multipliers; without them those are nan."""
     notes = [] if notes is None else notes
+    check_budget_ranges("", data, settings.baseline, _UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
     study = run_study(
         data,
         settings.form,
@@ -623,10 +664,11 @@ def fit_curves(
 
 
 def _curve_data(
-    curve_points: pd.DataFrame, settings: FitSettings, notes: list[str]
+    curve_points: pd.DataFrame, settings: FitSettings, notes: list[str], sweep: str = ""
 ) -> tuple[list[CurveData], dict[str, pd.DataFrame]]:
     """The data of every curve with enough budgets for the form (baseline first, then by name), and each
-    fitted curve's points; a curve with too few budgets gets a note."""
+    fitted curve's points; a curve with one budget gets a note, one with two under the form with E an error
+    (:func:`analysis.checks.check_form_budgets`)."""
     unit = COMPUTE_UNITS[settings.compute_unit]
     labels = sorted(curve_points["curve"].unique().tolist()) if not curve_points.empty else []
     if settings.baseline in labels:
@@ -636,6 +678,7 @@ def _curve_data(
     for label in labels:
         g = curve_points[curve_points["curve"] == label].sort_values("flops", kind="stable")
         distinct = g["flops"].nunique()
+        check_form_budgets(sweep, label, distinct, settings.form)
         if distinct < n_params:
             notes.append(f"{label}: not fitted, {distinct} budget(s) for a form with {n_params} parameters")
             continue
@@ -946,12 +989,14 @@ def fit_results(
     _check_variant_names(settings, runs[runs["sweep"].isin(names)], results.root)
     problems = [p for p in results.problems if _sweep_of(p) in names or _sweep_of(p) not in results.sweeps]
     unreadable = tuple(p for p in problems if p.unreadable)
+    # every sweep's points are chosen and checked before the first law is fitted: bad input is one error up front
+    prepared = [_prepare_sweep(runs[runs["sweep"] == name], name, settings) for name in names]
     fitted = tuple(
         replace(
-            _fit_sweep(runs[runs["sweep"] == name], name, settings),
-            unreadable=tuple(p.path for p in unreadable if _may_belong(p, name, results)),
+            _fit_sweep(p, settings),
+            unreadable=tuple(path.path for path in unreadable if _may_belong(path, p.sweep, results)),
         )
-        for name in names
+        for p in prepared
     )
     return FitReport(
         results_dir=str(results.root),

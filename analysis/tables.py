@@ -74,6 +74,7 @@ def number(x: float | None, digits: int = 4) -> str:
 
 
 NO_INTERVAL = "no interval (--n-boot 0)"
+MISSING_SEEDS = "seeds missing at some budgets (other curves ran them there; no point is dropped)"
 
 
 def has_intervals(settings: FitSettings) -> bool:
@@ -302,6 +303,8 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
         f"== sweep {sw.sweep}" + (" (IsoFLOP frontier: one compute-optimal point per budget)" if sw.frontier else ""),
         f"  FLOP convention: {'; '.join(sw.flops_convention) or 'unknown'}",
     ]
+    if sw.missing_seeds:
+        out += [f"  {MISSING_SEEDS}:", *(f"  - {m.text()}" for m in sw.missing_seeds)]
     if sw.curves:
         out += _table_lines(curve_table(sw, settings))
     if sw.joint is not None:

@@ -722,10 +722,15 @@ class _Builder:
 
     def fit_blocks(self, sw: SweepFit) -> list[Block]:
         """The sweep's fits, multipliers and Chinchilla surfaces (the tables of ``attnres fit``), and its notes."""
-        from analysis.tables import chinchilla_table, exponent_texts, joint_text
+        from analysis.tables import MISSING_SEEDS, chinchilla_table, exponent_texts, joint_text
         from reports import scaling, tables
 
         blocks: list[Block] = [Heading("Fits", 3)]
+        if sw.missing_seeds:
+            blocks += [
+                Paragraph(f"**{MISSING_SEEDS[0].upper() + MISSING_SEEDS[1:]}:**"),
+                Bullets(tuple(m.text() for m in sw.missing_seeds)),
+            ]
         if sw.curves:
             fits = tables.curve_fits(self.fit, sw.sweep)
             blocks += [Paragraph(fits.caption), Table(fits.frame())]

@@ -601,3 +601,13 @@ def test_the_headline_says_when_its_interval_is_unreliable(tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Intervals marked unreliable" in text and m.why in text
     assert summary is not None
+
+
+def test_the_report_says_which_seeds_are_missing_at_which_budget(tmp_path):
+    tree = write_synthetic_results(tmp_path / "r", budgets=[1e15, 1e16, 1e17], seeds=2, noise=0.003, tables=False)
+    gone = tree.runs[(tree.runs["variant"] == "block") & (tree.runs["seed"] == 1)].iloc[0]
+    shutil.rmtree(tree.root / gone["path"])
+    summary = build(tree.root, tmp_path)
+    text = summary.report_md.read_text()
+    (missing,) = summary.fit.sweeps[0].missing_seeds
+    assert "Seeds missing at some budgets" in text and missing.text() in text

@@ -1,0 +1,125 @@
+"""Checks of a sweep's points before any scaling law is fitted: what the data cannot support is said up front.
+
+* :func:`check_form_budgets`: a curve with two budgets cannot be fitted with the three-parameter form
+  ``E+A*C^-alpha``; that is the user's choice of form against the data, so it is a :class:`FitInputError`
+  (a curve with one budget, an ablation point, is fitted in neither form and only gets a note).
+* :func:`check_budget_ranges`: a curve whose compute range does not overlap the baseline's would get every
+  multiplier by extrapolating the baseline's law beyond its data: a :class:`FitInputError`.
+* :func:`missing_seeds`: a (curve, budget) without a seed that another curve ran at the same budget. Not an
+  error: a run that failed or is still running is a fact of the study (listed under "runs left out"), and a
+  design with fewer seeds at the large budgets gives every curve the same seeds, which is not flagged. But the
+  point is then a mean over other seeds than the baseline's, so the fit says so instead of dropping it silently.
+
+Pure numpy/pandas; never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import FitInputError
+from analysis.fit import OFFSET_POWER
+from analysis.select import BUDGET_RTOL
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis.multiplier import CurveData
+
+
+def check_form_budgets(sweep: str, label: str, n_budgets: int, form: str) -> None:
+    """Refuse a curve with two budgets under the three-parameter form (one budget is no scaling curve at all)."""
+    if form == OFFSET_POWER and n_budgets == 2:
+        raise FitInputError(
+            f"sweep {sweep!r}: {label!r} has 2 budgets, too few for the form E+A*C^-alpha, which has 3 parameters "
+            "(E, A, alpha); use --form 'A*C^-alpha', run it at a third budget, or leave the sweep out with --sweep"
+        )
+
+
+def check_budget_ranges(
+    sweep: str, curves: Sequence[CurveData], baseline: str, unit: str = "FLOPs", rtol: float = BUDGET_RTOL
+) -> None:
+    """Refuse a curve whose compute range does not overlap the baseline's (the curves to be fitted). Ranges
+    within ``rtol`` of each other overlap: a variant pays a few % more FLOPs than the baseline at one size."""
+    base = next((c for c in curves if c.label == baseline), None)
+    if base is None:
+        return
+    b_lo, b_hi = float(np.min(base.compute)), float(np.max(base.compute))
+    for c in curves:
+        lo, hi = float(np.min(c.compute)), float(np.max(c.compute))
+        if c.label != baseline and (lo > b_hi * (1 + rtol) or hi * (1 + rtol) < b_lo):
+            raise FitInputError(
+                (f"sweep {sweep!r}: " if sweep else "")
+                + f"{c.label!r} was run at {lo:.3g} to {hi:.3g} {unit}, the baseline {baseline!r} at "
+                f"{b_lo:.3g} to {b_hi:.3g}: the ranges do not overlap, so every multiplier would extrapolate the "
+                f"baseline's law beyond its data; run {c.label!r} at budgets inside the baseline's range (or the "
+                "baseline at its budgets), or fit it in a sweep of its own"
+            )
+
+
+@dataclass(frozen=True)
+class MissingSeeds:
+    """One (curve, budget) that lacks seeds other curves ran at the same budget (model shape and tokens)."""
+
+    curve: str
+    n_layer: int
+    d_model: int
+    tokens: float
+    flops: float
+    missing: tuple[int, ...]
+    have: tuple[int, ...]
+    others: tuple[str, ...]  # the curves that ran the missing seeds there
+
+    def text(self) -> str:
+        have = ", ".join(map(str, self.have)) or "none"
+        return (
+            f"{self.curve} at L{self.n_layer}-d{self.d_model}, {self.tokens:.3g} tokens (C = {self.flops:.3g} FLOPs): "
+            f"no finished run of seed(s) {', '.join(map(str, self.missing))}, which {', '.join(self.others)} ran; "
+            f"its point is the mean of seed(s) {have}, and the paired gap there uses the seeds both ran"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curve": self.curve,
+            "n_layer": self.n_layer,
+            "d_model": self.d_model,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "missing": list(self.missing),
+            "have": list(self.have),
+            "others": list(self.others),
+        }
+
+
+def missing_seeds(points: pd.DataFrame) -> tuple[MissingSeeds, ...]:
+    """Every (curve, budget) of a sweep's points (:func:`analysis.select_points`) that lacks a seed some other
+    curve has at the same model shape and tokens (seeds of the chosen learning rate; unknown seeds are skipped)."""
+    if points.empty or "run_seeds" not in points:
+        return ()
+    out = []
+    for (n_layer, d_model, tokens), g in points.groupby(["n_layer", "d_model", "tokens"], sort=True):
+        seeds = {
+            str(r.curve): {int(s) for s in r.run_seeds if int(s) >= 0}
+            for r in g.itertuples()
+            if isinstance(r.run_seeds, tuple)
+        }
+        if len(seeds) < 2:
+            continue
+        every = set().union(*seeds.values())
+        for r in g.sort_values("curve").itertuples():
+            have = seeds.get(str(r.curve))
+            if have is None or have == every:
+                continue
+            missing = tuple(sorted(every - have))
+            others = tuple(sorted(c for c, s in seeds.items() if s & set(missing)))
+            flops = float(r.flops) if math.isfinite(float(r.flops)) else math.nan
+            out.append(
+                MissingSeeds(
+                    str(r.curve), int(n_layer), int(d_model), float(tokens), flops, missing, tuple(sorted(have)), others
+                )
+            )
+    return tuple(out)
