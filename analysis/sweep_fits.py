@@ -63,6 +63,7 @@ from analysis.multiplier import (
     wall_clock_multiplier,
 )
 from analysis.select import BUDGET_RTOL, SELECT_METHODS, isoflop_frontier, needs_frontier, select_points
+from analysis.sensitivity import Sensitivity, sweep_sensitivity
 
 FORMAT = "attnres-fit/1"
 COMPUTE_UNITS = {"flops": 1.0, "pflops_days": PFLOP_S_DAY}
@@ -363,6 +364,7 @@ class VariantMultiplier:
     why: str = ""
     lack_of_fit: Mapping[str, LackOfFit] = field(default_factory=dict)
     gaps: tuple[BudgetGap, ...] = ()
+    sensitivity: Sensitivity | None = None  # M under other analysis choices (analysis.sensitivity)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -385,6 +387,7 @@ class VariantMultiplier:
             },
             "budgets": [b.to_dict() for b in self.budgets],
             "gaps": [g.to_dict() for g in self.gaps],
+            "sensitivity": None if self.sensitivity is None else self.sensitivity.to_dict(),
             "n_runs_variant": self.n_runs_variant,
             "n_runs_baseline": self.n_runs_baseline,
             "n_boot_failed": self.n_boot_failed,
@@ -572,6 +575,7 @@ class _Prepared:
     rows: dict[str, pd.DataFrame]
     notes: list[str]
     missing_seeds: tuple[MissingSeeds, ...]
+    runs: pd.DataFrame
 
 
 def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Prepared:
@@ -594,7 +598,15 @@ def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Pr
         notes += list(frontier_notes)
     data, rows = _curve_data(curve_points, settings, notes, sweep)
     check_budget_ranges(sweep, data, settings.baseline, _UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
-    return _Prepared(sweep, points, conventions, use_frontier, data, rows, notes, missing_seeds(points))
+    return _Prepared(sweep, points, conventions, use_frontier, data, rows, notes, missing_seeds(points), runs)
+
+
+def _curves_under(prepared: _Prepared, settings: FitSettings) -> list[CurveData]:
+    """The sweep's curves under other settings (for the sensitivity table); its warnings and notes were
+    already given once, under the report's own settings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _prepare_sweep(prepared.runs, prepared.sweep, settings).data
 
 
 def _fit_sweep(prepared: _Prepared, settings: FitSettings) -> SweepFit:
@@ -608,6 +620,8 @@ def _fit_sweep(prepared: _Prepared, settings: FitSettings) -> SweepFit:
         )
     fitted = [d.label for d in p.data]
     study, joint, multipliers = fit_curves(p.data, settings, p.rows, _throughput_by_shape(p.points), notes)
+    found = sweep_sensitivity(p.data, settings, multipliers, lambda other: _curves_under(p, other))
+    multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     curves = [_curve_result(study, label, p.rows[label], settings, notes) for label in fitted]
     chinchilla = {}
     if settings.chinchilla and not p.points.empty:

@@ -13,6 +13,7 @@ Pure Python; no I/O; never imports torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -211,6 +212,57 @@ def gap_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None =
     return FitTable(header, rows, text, text[0].upper() + text[1:])
 
 
+SENSITIVITY_CAPTION = (
+    "M at each variant's largest budget under other analysis choices, one changed at a time from the headline's "
+    "(the same exponent, shared or separate, as the headline): point estimates, no bootstrap; a budget left out "
+    "is left out of every curve"
+)
+
+
+def sensitivity_table(sw: SweepFit, order: Sequence[str] | None = None) -> FitTable:
+    """One row per analysis choice (the headline's first, then each alternative: form, Huber delta, seed
+    aggregation, each budget left out), one column per variant: M at its largest budget, point estimates;
+    the last row is the range over the alternatives."""
+    ms = [m for m in _ordered(sw, order) if m.sensitivity is not None]
+    if not ms:
+        return FitTable((), ())
+    first = ms[0].sensitivity
+    header = ("aspect", "choice", *(m.variant for m in ms))
+    rows: list[tuple[Cell, ...]] = [("headline", first.headline, *(number(m.sensitivity.multiplier) for m in ms))]
+    for i, r in enumerate(first.rows):
+        rows.append((r.aspect, r.choice, *(number(m.sensitivity.rows[i].multiplier) for m in ms)))
+    rows.append(
+        (
+            "range",
+            f"over the {len(first.rows)} alternatives",
+            *(f"{number(m.sensitivity.low)} to {number(m.sensitivity.high)}" for m in ms),
+        )
+    )
+    title = "M at the largest budget under other analysis choices (point estimates, no bootstrap):"
+    return FitTable(header, tuple(rows), title, SENSITIVITY_CAPTION[0].upper() + SENSITIVITY_CAPTION[1:] + ".")
+
+
+def sensitivity_texts(sw: SweepFit, order: Sequence[str] | None = None) -> tuple[FitText, ...]:
+    """Per variant, the choice its headline shows and the range of M across the alternatives, naming the two
+    ends."""
+    out = []
+    for m in _ordered(sw, order):
+        s = m.sensitivity
+        if s is None:
+            continue
+        fitted = [r for r in s.rows if math.isfinite(r.multiplier)]
+        if not fitted:
+            continue
+        lo = min(fitted, key=lambda r: r.multiplier)
+        hi = max(fitted, key=lambda r: r.multiplier)
+        text = (
+            f"headline M = {number(s.multiplier)} ({s.headline}, {s.exponent} exponent); {number(s.low)} to "
+            f"{number(s.high)} across the {len(fitted)} alternative choices (lowest: {lo.choice}; highest: {hi.choice})"
+        )
+        out.append(FitText(f"{m.variant}: {text}", f"`{m.variant}`: {text}."))
+    return tuple(out)
+
+
 def exponent_texts(sw: SweepFit, order: Sequence[str] | None = None) -> tuple[FitText, ...]:
     """Per variant, which exponent its headline multiplier uses and why."""
     return tuple(
@@ -328,6 +380,10 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
         if any(m.gaps for m in sw.multipliers):
             out += _table_lines(gap_table(sw, settings))
         out += [f"  {text.line}" for text in exponent_texts(sw)]
+        sensitivity = sensitivity_table(sw)
+        if sensitivity.rows:
+            out += _table_lines(sensitivity)
+            out += [f"  {text.line}" for text in sensitivity_texts(sw)]
     if sw.chinchilla:
         out += _table_lines(chinchilla_table(sw, settings))
     if sw.notes:

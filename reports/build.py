@@ -100,6 +100,16 @@ class Headline:
     n_boot: int = 1000
     incomplete: int = 0  # unreadable run.parquet files that may belong to this sweep (the fit lost them)
     unreliable: str = ""  # why the interval cannot be trusted (analysis marks it), or empty
+    choice: str = ""  # the analysis choices the headline was made with (form, delta, seeds, budgets)
+    choice_range: tuple[float, float, int] | None = None  # (low, high, how many) of M under the other choices
+
+    @property
+    def choices_text(self) -> str:
+        """``0.69 to 0.859 under 9 other analysis choices``, or empty."""
+        if self.choice_range is None:
+            return ""
+        low, high, n = self.choice_range
+        return f"{low:.3g} to {high:.3g} under {n} other analysis choices"
 
     @property
     def interval(self) -> str:
@@ -124,6 +134,7 @@ class Headline:
                 f"fits {self.status}"
             )
             + (f"; interval unreliable: {self.unreliable}" if self.unreliable else "")
+            + (f"; {self.choices_text} (point estimates; the headline: {self.choice})" if self.choice_range else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +156,14 @@ class Headline:
             "n_runs_baseline": self.n_runs_baseline,
             "status": self.status,
             "interval_unreliable": self.unreliable or None,
+            "choice": self.choice,
+            "other_choices": None
+            if self.choice_range is None
+            else {
+                "low": json_number(self.choice_range[0]),
+                "high": json_number(self.choice_range[1]),
+                "n": self.choice_range[2],
+            },
             "text": self.text(),
         }
 
@@ -629,6 +648,10 @@ class _Builder:
                         n_boot=self.settings.n_boot,
                         incomplete=len(sw.unreadable),
                         unreliable="" if m.reliable else m.why,
+                        choice="" if m.sensitivity is None else m.sensitivity.headline,
+                        choice_range=None
+                        if m.sensitivity is None or not m.sensitivity.values.size
+                        else (m.sensitivity.low, m.sensitivity.high, int(m.sensitivity.values.size)),
                     )
                 )
         return out
@@ -663,6 +686,9 @@ class _Builder:
                 with_interval("M at the largest budget", self.settings): h.multiplier.text(3),
                 f"at C ({unit})": f"{h.compute:.3g}",
                 "exponent": h.exponent,
+                "M under other choices": ""
+                if h.choice_range is None
+                else f"{h.choice_range[0]:.3g} to {h.choice_range[1]:.3g} ({h.choice_range[2]} choices)",
                 "runs (variant/baseline)": f"{h.n_runs_variant}/{h.n_runs_baseline}",
                 "fit status (base/var/joint)": h.status,
                 **(
@@ -682,6 +708,15 @@ class _Builder:
             )
         )
         blocks.append(Table(pd.DataFrame(rows)))
+        choices = sorted({h.choice for h in headline if h.choice_range})
+        if choices:
+            blocks.append(
+                Paragraph(
+                    f'The headline is M under one set of analysis choices ({"; ".join(choices)}); "M under other '
+                    'choices" is the range of its point estimate when one of them is changed at a time (the other '
+                    "form, Huber delta, seed aggregation, or one budget left out): each sweep's sensitivity table."
+                )
+            )
         unreliable = [h for h in headline if h.unreliable]
         if unreliable:
             blocks.append(
@@ -722,8 +757,9 @@ class _Builder:
 
     def fit_blocks(self, sw: SweepFit) -> list[Block]:
         """The sweep's fits, multipliers and Chinchilla surfaces (the tables of ``attnres fit``), and its notes."""
-        from analysis.tables import MISSING_SEEDS, chinchilla_table, exponent_texts, joint_text
+        from analysis.tables import MISSING_SEEDS, chinchilla_table, exponent_texts, joint_text, sensitivity_texts
         from reports import scaling, tables
+        from reports.style import curve_order
 
         blocks: list[Block] = [Heading("Fits", 3)]
         if sw.missing_seeds:
@@ -751,6 +787,14 @@ class _Builder:
             blocks += [Heading("Effective compute multiplier", 3), Paragraph(mult.caption), Table(mult.frame())]
             blocks.append(Bullets(tuple(text.sentence for text in exponent_texts(sw))))
             blocks += [Paragraph(budget.caption), Table(budget.frame())]
+            sensitivity = tables.sensitivities(self.fit, sw.sweep)
+            if sensitivity.rows:
+                order = curve_order([m.variant for m in sw.multipliers])
+                blocks += [
+                    Paragraph(sensitivity.caption),
+                    Table(sensitivity.frame()),
+                    Bullets(tuple(t.sentence for t in sensitivity_texts(sw, order))),
+                ]
         if sw.chinchilla:
             surface = chinchilla_table(sw, self.settings)
             blocks += [Paragraph(surface.caption), Table(surface.frame())]

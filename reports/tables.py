@@ -107,6 +107,20 @@ def budget_multipliers(report: FitReport, sweep: str | None = None) -> FitTable:
     return analysis_tables.budget_table(sw, report.settings, _variant_order(sw))
 
 
+def loss_gaps(report: FitReport, sweep: str | None = None) -> FitTable:
+    """The table of :func:`analysis.tables.gap_table` (paired loss gap per budget; variants in the figures'
+    order)."""
+    sw = sweep_fit(report, sweep)
+    return analysis_tables.gap_table(sw, report.settings, _variant_order(sw))
+
+
+def sensitivities(report: FitReport, sweep: str | None = None) -> FitTable:
+    """The table of :func:`analysis.tables.sensitivity_table` (M under other analysis choices; variants in the
+    figures' order)."""
+    sw = sweep_fit(report, sweep)
+    return analysis_tables.sensitivity_table(sw, _variant_order(sw))
+
+
 def fit_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """One row per fitted curve: status, points, runs, A, alpha (and E) with their intervals."""
     return curve_fits(report, sweep).frame()

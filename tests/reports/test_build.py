@@ -611,3 +611,14 @@ def test_the_report_says_which_seeds_are_missing_at_which_budget(tmp_path):
     text = summary.report_md.read_text()
     (missing,) = summary.fit.sweeps[0].missing_seeds
     assert "Seeds missing at some budgets" in text and missing.text() in text
+
+
+def test_the_report_shows_how_the_headline_moves_under_other_analysis_choices(built):
+    md = built.report_md.read_text()
+    assert "under other analysis choices, one changed at a time" in md and "point estimates, no bootstrap" in md
+    saved = json.loads(built.report_json.read_text())
+    for h, m in zip(saved["headline"], [built.fit.sweeps[0].multiplier(h.variant) for h in built.headline]):
+        s = m.sensitivity
+        assert h["choice"] == s.headline and h["other_choices"] == {"low": s.low, "high": s.high, "n": len(s.rows)}
+        assert f"{s.low:.3g} to {s.high:.3g} ({len(s.rows)} choices)" in md
+        assert f"`{m.variant}`: headline M = " in md
