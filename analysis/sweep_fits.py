@@ -46,6 +46,7 @@ from analysis.fit import (
     normalize_form,
 )
 from analysis.load import Problem, Results, load_results
+from analysis.local import LocalMultiplier, local_multipliers
 from analysis.multiplier import (
     BUDGETS,
     INTERVAL_METHODS,
@@ -320,6 +321,7 @@ class BudgetMultiplier:
     multiplier: Estimate
     wall_clock: Estimate
     throughput_ratio: float
+    local: LocalMultiplier | None = None  # against the baseline's law fitted to its nearest budgets (analysis.local)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -328,6 +330,7 @@ class BudgetMultiplier:
             "n_runs_variant": self.n_runs_variant,
             "n_runs_baseline": self.n_runs_baseline,
             "multiplier": self.multiplier.to_dict(),
+            "local": None if self.local is None else self.local.to_dict(),
             "wall_clock": self.wall_clock.to_dict(),
             "throughput_ratio": json_number(self.throughput_ratio),
         }
@@ -813,6 +816,7 @@ def _variant_multiplier(
     else:
         ratios = _throughput_ratios(label, base, rows[label], throughput, notes)
     n_runs_base = int(study.data[base].n_runs.sum())
+    local = local_multipliers(study, label, base, level, study.n_boot, np.random.default_rng([settings.seed, 2]))
     budgets = tuple(
         BudgetMultiplier(
             compute=float(c),
@@ -822,8 +826,9 @@ def _variant_multiplier(
             multiplier=m,
             wall_clock=wall_clock_multiplier(m, ratio, 1.0),
             throughput_ratio=ratio,
+            local=near,
         )
-        for c, l, n, m, ratio in zip(data.compute, data.loss, data.n_runs, m_points, ratios)
+        for c, l, n, m, ratio, near in zip(data.compute, data.loss, data.n_runs, m_points, ratios, local)
     )
     top_ratio = ratios[int(np.argmax(data.compute))]
     tests = {lab: lack_of_fit(study, lab) for lab in (base, label)}

@@ -176,7 +176,8 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
     """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with their
     intervals, and the FLOP/s ratio of the variant to the baseline."""
     m_head, wall = with_interval("M", settings), with_interval("wall-clock M", settings)
-    header = ("variant", "C", "loss", "runs", m_head, wall, "FLOP/s ratio")
+    local = with_interval("local M", settings)
+    header = ("variant", "C", "loss", "runs", m_head, local, wall, "FLOP/s ratio")
     rows = tuple(
         (
             m.variant,
@@ -184,6 +185,7 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
             number(b.loss, 5),
             b.n_runs_variant,
             b.multiplier.text(),
+            "" if b.local is None else b.local.multiplier.text() + (" (fixed alpha)" if b.local.fixed_exponent else ""),
             b.wall_clock.text(),
             number(b.throughput_ratio, 3),
         )
@@ -193,8 +195,12 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
     return FitTable(
         header,
         rows,
-        "M at each measured budget (the baseline fit inverted at the variant's measured loss):",
-        "M at each measured budget (the baseline's fit inverted at the variant's measured loss):",
+        "M at each measured budget (the baseline fit inverted at the variant's measured loss; local M: against "
+        "the baseline's own point there, with the slope of its 3 nearest budgets; seeds resampled):",
+        "M at each measured budget: the baseline's fit inverted at the variant's measured loss, and local M, "
+        "against the baseline's measured loss at the same budget converted to compute with the log-log slope of "
+        "the baseline's 3 budgets nearest in compute (interval from resampling seeds; docs/analysis.md, "
+        '"Local M"), which does not inherit the global fit\'s misfit.',
     )
 
 
