@@ -55,7 +55,8 @@ class ModelConfig:
     """A decoder-only language model and its depth mixing (the residual variant)."""
 
     vocab_size: int = 256
-    """Vocabulary size (256 for the built-in byte-level tokens)."""
+    """Vocabulary size. In a run it comes from the data (256 for bytes): leave it at 256 and the data's vocabulary is
+    used; any other value must equal the data's."""
     n_layer: int = 4
     """Transformer blocks; the model has L = 2 * n_layer sublayers (attention and MLP each count as one)."""
     d_model: int = 128
@@ -226,25 +227,32 @@ def _divisors_near(n: int, target: int) -> list[int]:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the training text comes from and how it is split."""
+    """Where the training tokens come from: raw text (prepared into token shards once, cached) or a prepared folder."""
 
     corpus: str = "builtin"
-    """builtin (KJV Bible + Shakespeare, shipped with the package), or a path to a text file or a folder of .txt
-    files."""
+    """builtin (KJV Bible + Shakespeare, shipped with the package); raw text: a file, folder or glob of .txt,
+    .txt.gz, .jsonl(.gz) or .parquet; or a folder made by `attnres data prepare` (its tokenizer and split are its
+    own)."""
+    tokenizer: str = "bytes"
+    """For raw text: bytes (vocabulary 256), bpe:<vocab> (a BPE trained on a sample of the corpus, e.g. bpe:4096),
+    or the path of a tokenizer.json."""
+    text_field: str = "text"
+    """The jsonl field or parquet column holding each document's text."""
     val_fraction: float = 0.02
-    """Fraction of the corpus's contiguous chunks held out for validation."""
-    chunk_tokens: int = 8192
-    """Size of the contiguous chunks the train/validation split is made of."""
+    """Fraction of the pieces (documents, or chunks of long ones) held out for validation."""
+    chunk_bytes: int = 8192
+    """Size in bytes of the chunks long documents are cut into for the train/validation split."""
     split_seed: int = 1234
-    """Seed choosing which chunks are validation chunks (fixed, so every run sees the same split)."""
+    """Seed of the split's starting points (fixed, so every run sees the same split)."""
 
     def __post_init__(self) -> None:
         _require(
             0.0 < self.val_fraction < 0.5,
             f"DataConfig.val_fraction must be in (0, 0.5), got {self.val_fraction!r}",
         )
-        _positive(self, "chunk_tokens")
+        _require(self.chunk_bytes >= 64, f"DataConfig.chunk_bytes must be at least 64, got {self.chunk_bytes!r}")
         _require(str(self.corpus).strip() != "", "DataConfig.corpus is empty; use 'builtin' or a path to text")
+        _require(str(self.text_field).strip() != "", "DataConfig.text_field is empty; name the field holding text")
 
 
 @dataclass(frozen=True)

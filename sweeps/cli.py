@@ -6,7 +6,6 @@ Heavy imports (torch, lightning, optuna, submitit) happen inside the commands, s
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> None:
@@ -116,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from sweeps.grid import load_grid
-    from sweeps.plan import format_plan, parallelism, plan, tuning_plan
+    from sweeps.plan import data_summary, format_plan, grid_data, parallelism, plan, tuning_plan
 
     grid = load_grid(args.grid, args.overrides)
     rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
@@ -127,17 +126,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"{len(grid.seeds)} seed(s)) -> {args.results}/{grid.name}/"
     )
     parallel = parallelism(grid, args.launcher, len(rows))
-    print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning))
-    corpus = {r for r in {(grid.defaults.get("data") or {}).get("corpus")} if r and r != "builtin"}
-    from pathlib import Path
-
-    for path in corpus:
-        if not Path(path).expanduser().exists():
-            print(
-                f"note: data.corpus={path!r} does not exist here; set it (e.g. data.corpus=/data/text.txt) before "
-                "`sweep run`",
-                file=sys.stderr,
-            )
+    data = [data_summary(c) for c in sorted(grid_data(grid), key=str)]
+    print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning, data=data))
     return 0
 
 

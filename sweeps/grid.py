@@ -37,6 +37,7 @@ from attnres.config import (
     unknown_key,
 )
 from attnres.costs import count_params
+from attnres.data.corpus import with_data_vocab
 from attnres.variants import Variant
 
 GRID_DIR = Path(__file__).resolve().parent
@@ -619,7 +620,7 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
                             data["train"].update(extra)
                             where = f"size {size.name}, variant {label}, budget {budget.label}, seed {seed}"
                             try:
-                                cfg = from_dict(RunConfig, data)
+                                cfg = with_data_vocab(from_dict(RunConfig, data))
                             except ConfigError as err:
                                 raise ConfigError(f"{where}: {err}") from None
                             runs.append(PlannedRun(cfg, size, label, budget, merge_resources(grid.slurm, size.slurm)))
@@ -713,6 +714,6 @@ def make_run(
     if sweep:
         data["sweep"] = sweep
     try:
-        return from_dict(RunConfig, data)
+        return with_data_vocab(from_dict(RunConfig, data))
     except ConfigError as err:
         raise ConfigError(f"{grid.label}: size {size.name}, variant {variant}: {err}") from None

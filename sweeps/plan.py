@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnres.config import DataConfig
 from attnres.costs import run_budget
 from sweeps.claim import read_status
 from sweeps.grid import Grid, PlannedRun, expand_runs
@@ -59,6 +60,7 @@ class PlanRow:
     rate_source: str  # default | calibrated | given
     status: str | None  # the run's status in the results directory, if it exists
     to_be_tuned: bool = False  # lr: tuned, not tuned yet (lr and run id are stand-ins)
+    epochs: float | None = None  # passes over the training split (None: the data is not prepared yet)
 
 
 def eval_flops(run: PlannedRun) -> float:
@@ -132,10 +134,61 @@ def tuning_plan(
     return [row for row in rows for _ in range(grid.tune.trials)]  # every trial of a study costs the same
 
 
+@dataclass(frozen=True)
+class DataSummary:
+    """What a plan says about a grid's data: its training tokens if it is prepared (else how to prepare it)."""
+
+    corpus: str
+    tokenizer: str
+    vocab_size: int | None
+    train_tokens: int | None
+    folder: str | None
+
+    def line(self) -> str:
+        if not Path(self.corpus).expanduser().exists() and self.corpus != "builtin" and not self.folder:
+            return f"data: {self.corpus} is not on this machine, so its token count and the epochs are unknown here"
+        head = f"data: {self.corpus} ({self.tokenizer}, vocabulary {self.vocab_size:,})"
+        if self.train_tokens is None:
+            return (
+                f"{head}: not prepared yet, so its token count and the epochs are unknown; the first run prepares it, "
+                f"or run `attnres data prepare {self.corpus} --tokenizer {self.tokenizer} --out DIR` first"
+            )
+        return f"{head}: {human_count(self.train_tokens)} training tokens ({self.folder})"
+
+
+def data_summary(cfg: DataConfig) -> DataSummary:
+    """The data of a run, counted from its manifest when it is prepared (the built-in corpus is prepared here:
+    a second of work); nothing is tokenized for a plan otherwise."""
+    from attnres.data.corpus import cached_folder, corpus_folder, data_vocab_size, is_prepared_folder, read_manifest
+
+    if cfg.corpus == "builtin" and cfg.tokenizer == "bytes":
+        folder: Path | None = corpus_folder(cfg)
+    elif is_prepared_folder(cfg.corpus):
+        folder = Path(cfg.corpus).expanduser()
+    elif Path(cfg.corpus).expanduser().exists() or any(c in cfg.corpus for c in "*?["):
+        folder = cached_folder(cfg)
+    else:
+        folder = None
+    tokens = None
+    if folder is not None and (folder / "manifest.json").is_file():
+        manifest = read_manifest(folder)
+        tokens = int(manifest["splits"]["train"]["tokens"])
+        tokenizer = manifest["tokenizer"]["spec"]
+    else:
+        folder, tokenizer = None, cfg.tokenizer
+    return DataSummary(cfg.corpus, tokenizer, data_vocab_size(cfg), tokens, None if folder is None else str(folder))
+
+
+def grid_data(grid: Grid) -> set[DataConfig]:
+    """The data settings of a grid's runs (one, unless sizes or overrides differ)."""
+    return {run.cfg.data for run in expand_runs(grid, untuned_ok=True)}
+
+
 def plan_rows(
     runs: list[PlannedRun], rates: dict, results: str | Path | None, launcher: str, flops_per_s: float | None
 ) -> list[PlanRow]:
     rows = []
+    data = {cfg: data_summary(cfg) for cfg in {run.cfg.data for run in runs}}
     for run in runs:
         cfg = run.cfg
         budget = run_budget(cfg)
@@ -178,6 +231,7 @@ def plan_rows(
                 source,
                 status,
                 run.to_be_tuned,
+                None if (n := data[cfg.data].train_tokens) is None else budget.tokens / n,
             )
         )
     return rows
@@ -201,10 +255,17 @@ def human_count(value: float) -> str:
 
 
 def format_plan(
-    grid: Grid, rows: list[PlanRow], launcher: str = "local", parallel: int = 1, tuning: list[PlanRow] = ()
+    grid: Grid,
+    rows: list[PlanRow],
+    launcher: str = "local",
+    parallel: int = 1,
+    tuning: list[PlanRow] = (),
+    data: list[DataSummary] = (),
 ) -> str:
     """The plan as a fixed-width table with a totals line (and the tuning that comes first, if any)."""
-    header = ("run_id", "variant", "N", "params", "tokens", "steps", "FLOPs", "lr", "seed", "est. time", "status")
+    header = (
+        "run_id", "variant", "N", "params", "tokens", "epochs", "steps", "FLOPs", "lr", "seed", "est. time", "status"
+    )  # fmt: skip
     table = [header]
     for r in rows:
         table.append(
@@ -214,6 +275,7 @@ def format_plan(
                 "-" if r.n_blocks is None else str(r.n_blocks),
                 human_count(r.params),
                 human_count(r.tokens),
+                "?" if r.epochs is None else f"{r.epochs:.2g}",
                 str(r.steps),
                 f"{r.flops:.3g}",
                 TO_BE_TUNED if r.to_be_tuned else f"{r.lr:.3g}",
@@ -238,6 +300,14 @@ def format_plan(
         )
         + "; see --flops-per-s)"
     )
+    for summary in data or ():
+        lines.append(summary.line())
+    over = [r for r in rows if r.epochs is not None and r.epochs > 1]
+    if over:
+        lines.append(
+            f"warning: {len(over)} run(s) need more than one epoch of the data (up to {max(r.epochs for r in over):.2g}"
+            "): their later batches repeat text they have seen; use more data or smaller budgets"
+        )
     if any(r.to_be_tuned for r in rows):
         lines.append(
             f"lr {grid.lr}: the learning rates come from `{grid.tune_command('RESULTS')}`, which has not run yet; "

@@ -15,6 +15,7 @@ from importlib import import_module
 # (module, what it adds); a module registers its sub-parsers and sets ``func`` to a callable(args) -> int
 COMMAND_MODULES = [
     "attnres.cli.train",  # attnres train
+    "attnres.cli.data",  # attnres data prepare
     "sweeps.cli",  # attnres sweep plan|run|status, attnres tune
     "analysis.cli",  # attnres fit
     "reports.cli",  # attnres report

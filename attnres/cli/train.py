@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from attnres.config import resolve_run_config
 
     config, overrides = split_items(args.items)
-    cfg = resolve_run_config(config, overrides)
+    from attnres.data.corpus import with_data_vocab
+
+    cfg = with_data_vocab(resolve_run_config(config, overrides))  # the run id counts the data's vocabulary
     from attnres.training.run import run_dir_for, train
 
     run_dir = Path(args.out) if args.out else run_dir_for(cfg, args.results)

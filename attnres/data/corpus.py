@@ -1,134 +1,225 @@
-"""Training text as byte tokens: the built-in corpus or the user's files, a fixed split, cached memory maps.
+"""The tokens a run trains and validates on: a prepared folder read as memory maps, batches, validation windows.
 
-* Tokens are bytes (vocabulary 256): no tokenizer to download or train, and bits per byte is just the loss in
-  bits. A user points ``data.corpus`` at a text file or a folder of ``.txt`` files instead of the built-in
-  KJV Bible + Shakespeare (``attnres/data/builtin/``, public domain, see PROVENANCE.md there).
-* The validation split is a fixed, seeded set of contiguous chunks (``data.chunk_tokens`` each), never a
-  byte-level shuffle, so no training window overlaps a validation window.
-* The split is written once as two uint8 files in a cache folder (``$ATTNRES_CACHE_DIR`` or
-  ``~/.cache/attnres``) keyed by the corpus and the split settings, and read back as memory maps.
+* ``data.corpus`` names raw text (``builtin``, a file, folder or glob) or a folder made by ``attnres data prepare``.
+  Raw text is prepared once (:mod:`attnres.data.prepare`) into a cache folder (``$ATTNRES_CACHE_DIR`` or
+  ``~/.cache/attnres``) keyed by the source files, the tokenizer and the split; every later run, DDP rank and sweep
+  worker reads that folder, and concurrent first runs build it once.
 * Training batches are a pure function of (seed, step): a run resumed at step s sees exactly the batches an
   uninterrupted run sees, on any number of devices (each rank takes its rows of the global batch).
+* The validation windows are spread evenly over the whole validation split (not its first tokens), so they cover
+  every source in the proportion the split holds them; :meth:`Corpus.composition` says which.
+* ``val_bpb`` divides the loss by the validation split's bytes per token, from the manifest (1 for bytes).
 """
 
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from attnres.config import ConfigError, DataConfig, RunConfig
-from attnres.storage.schema import atomic_write_bytes
-
-BUILTIN = ("kjv.txt.gz", "shakespeare.txt.gz")
-TOKENIZER = "bytes-v1"  # part of the cache key: change it if the tokenization ever changes
+from attnres.config import DataConfig, ModelConfig, RunConfig
+from attnres.data import sources
+from attnres.data.errors import DataError
+from attnres.data.prepare import FORMAT, MANIFEST, REQUEST, VAL_PIECES, PrepareSpec, file_identity, prepare
+from attnres.data.shards import TokenStream, open_shard
+from attnres.data.tokenizer import vocab_size_of
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("ATTNRES_CACHE_DIR") or Path.home() / ".cache" / "attnres")
 
 
-def corpus_files(corpus: str) -> list[Path]:
-    """The files a ``data.corpus`` value names, in a fixed order; a clear error if there are none."""
-    if corpus == "builtin":
-        root = resources.files("attnres.data") / "builtin"
-        return [Path(str(root / name)) for name in BUILTIN]
+def is_prepared_folder(corpus: str) -> bool:
     path = Path(corpus).expanduser()
-    if not path.exists():
-        raise ConfigError(f"data.corpus={corpus!r} does not exist; use 'builtin' or a path to a text file or folder")
-    if path.is_file():
-        files = [path]
-    else:
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise ConfigError(f"data.corpus={corpus!r} is a folder with no .txt files in it")
-    if sum(f.stat().st_size for f in files) == 0:
-        raise ConfigError(f"data.corpus={corpus!r} holds no text (every file is empty)")
-    return files
+    return corpus != "builtin" and path.is_dir() and ((path / MANIFEST).is_file() or (path / REQUEST).is_file())
 
 
-def read_text_bytes(path: Path) -> bytes:
-    data = path.read_bytes()
-    return gzip.decompress(data) if path.suffix == ".gz" else data
+def prepare_spec(cfg: DataConfig) -> PrepareSpec:
+    return PrepareSpec(
+        source=cfg.corpus,
+        tokenizer=cfg.tokenizer,
+        text_field=cfg.text_field,
+        val_fraction=cfg.val_fraction,
+        chunk_bytes=cfg.chunk_bytes,
+        split_seed=cfg.split_seed,
+    )
 
 
-def _split_key(cfg: DataConfig, files: list[Path]) -> str:
+def cached_folder(cfg: DataConfig) -> Path:
+    """Where raw text named by ``cfg`` is prepared: a cache folder keyed by its files, tokenizer and split."""
+    spec = prepare_spec(cfg)
     identity = {
-        "tokenizer": TOKENIZER,
-        "files": [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files],
-        "val_fraction": cfg.val_fraction,
-        "chunk_tokens": cfg.chunk_tokens,
-        "split_seed": cfg.split_seed,
+        "format": FORMAT,
+        "spec": dataclasses.asdict(spec),
+        "files": file_identity(sources.source_files(spec.source)),
     }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    kind = Path(cfg.tokenizer).expanduser()
+    if kind.is_file():  # the tokenizer's content, not just its path
+        identity["tokenizer_sha256"] = hashlib.sha256(kind.read_bytes()).hexdigest()
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / "tokens" / key
 
 
-def split_chunks(n_tokens: int, cfg: DataConfig) -> np.ndarray:
-    """Indices of the validation chunks: a seeded choice of ``val_fraction`` of the whole chunks."""
-    n_chunks = n_tokens // cfg.chunk_tokens
-    if n_chunks < 2:
-        raise ConfigError(
-            f"data.corpus has {n_tokens:,} tokens, fewer than two chunks of data.chunk_tokens={cfg.chunk_tokens:,}; "
-            "lower data.chunk_tokens or use a larger corpus"
-        )
-    n_val = min(n_chunks - 1, max(1, round(cfg.val_fraction * n_chunks)))
-    return np.sort(np.random.default_rng(cfg.split_seed).choice(n_chunks, size=n_val, replace=False))
+def corpus_folder(cfg: DataConfig) -> Path:
+    """The prepared folder a run reads, preparing raw text first if it has not been."""
+    if is_prepared_folder(cfg.corpus):
+        folder = Path(cfg.corpus).expanduser()
+        if not (folder / MANIFEST).is_file():
+            raise DataError(
+                f"data.corpus={cfg.corpus!r}: its preparation did not finish (no {MANIFEST}); run the same "
+                "`attnres data prepare` command again to resume it"
+            )
+        return folder
+    folder = cached_folder(cfg)
+    if not (folder / MANIFEST).is_file():
+        prepare(prepare_spec(cfg), folder)
+    return folder
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path} cannot be read ({err}); prepare the folder again") from None
+    if manifest.get("format") != FORMAT:
+        raise DataError(f"{path} is format {manifest.get('format')!r}, this version reads {FORMAT!r}; prepare again")
+    return manifest
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """The train and validation token arrays (read-only memory maps) and where they came from."""
+    """The train and validation token streams of a prepared folder, and what its manifest says about them."""
 
-    train: np.ndarray
-    val: np.ndarray
-    key: str
-    files: tuple[str, ...]
+    train: TokenStream
+    val: TokenStream
+    folder: Path
+    manifest: dict[str, Any]
+    val_pieces: np.ndarray = field(repr=False)  # (n, 3): source file index, start in the val stream, tokens
+
+    @property
+    def key(self) -> str:
+        return self.folder.name
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["vocab_size"])
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(f["path"] for f in self.manifest["files"])
+
+    @property
+    def val_bytes_per_token(self) -> float:
+        return bytes_per_token(self.manifest, "val")
+
+    def composition(self, windows_starts: np.ndarray | None = None) -> dict[str, Any]:
+        """Each source file's share of the training split, the validation split and (given their starts) the
+        evaluation windows: what a run folder records about its data."""
+        names = [Path(f["path"]).name for f in self.manifest["files"]]
+        train = np.array([f["train_tokens"] for f in self.manifest["files"]], dtype=float)
+        val = np.array([f["val_tokens"] for f in self.manifest["files"]], dtype=float)
+        out: dict[str, Any] = {
+            name: {"train_share": t / train.sum(), "val_share": v / val.sum()} for name, t, v in zip(names, train, val)
+        }
+        if windows_starts is not None and len(self.val_pieces):
+            piece = np.searchsorted(self.val_pieces[:, 1], windows_starts, side="right") - 1
+            counts = np.bincount(self.val_pieces[piece, 0], minlength=len(names))
+            for name, c in zip(names, counts):
+                out[name]["eval_window_share"] = c / len(windows_starts)
+        return out
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
-    """Build the split once (cached), then memory-map it."""
-    files = corpus_files(cfg.corpus)
-    key = _split_key(cfg, files)
-    folder = cache_dir() / "tokens" / key
-    train_path, val_path = folder / "train.u8", folder / "val.u8"
-    if not (train_path.exists() and val_path.exists()):
-        tokens = np.frombuffer(b"\n\n".join(read_text_bytes(f) for f in files), dtype=np.uint8)
-        val_chunks = split_chunks(len(tokens), cfg)
-        is_val = np.zeros(len(tokens), dtype=bool)
-        for c in val_chunks:
-            is_val[c * cfg.chunk_tokens : (c + 1) * cfg.chunk_tokens] = True
-        atomic_write_bytes(train_path, tokens[~is_val].tobytes())
-        atomic_write_bytes(val_path, tokens[is_val].tobytes())
-        atomic_write_bytes(folder / "source.json", json.dumps({"files": [str(f) for f in files]}).encode())
-    return Corpus(
-        train=np.memmap(train_path, dtype=np.uint8, mode="r"),
-        val=np.memmap(val_path, dtype=np.uint8, mode="r"),
-        key=key,
-        files=tuple(str(f) for f in files),
-    )
+    """The prepared corpus ``cfg`` names (preparing raw text once), every shard checked against the manifest."""
+    folder = corpus_folder(cfg)
+    manifest = read_manifest(folder)
+    if is_prepared_folder(cfg.corpus):
+        _check_settings(cfg, manifest, folder)
+    dtype = np.dtype(manifest["dtype"])
+    digest = manifest["tokenizer"]["hash"]
+    streams = {
+        split: TokenStream(
+            [open_shard(folder / s["file"], dtype, digest, s["tokens"]) for s in manifest["splits"][split]["shards"]]
+        )
+        for split in ("train", "val")
+    }
+    try:
+        pieces = np.load(folder / VAL_PIECES)
+    except (OSError, ValueError) as err:
+        raise DataError(f"{folder / VAL_PIECES} cannot be read ({err}); prepare the folder again") from None
+    return Corpus(streams["train"], streams["val"], folder, manifest, pieces)
+
+
+def _check_settings(cfg: DataConfig, manifest: dict[str, Any], folder: Path) -> None:
+    """A prepared folder carries its own tokenizer and split: a run config that asks for other ones is told so."""
+    defaults = DataConfig()
+    theirs = {"tokenizer": manifest["tokenizer"]["spec"], "text_field": manifest["text_field"], **manifest["split"]}
+    for name in ("tokenizer", "text_field", "val_fraction", "chunk_bytes", "split_seed"):
+        mine = getattr(cfg, name)
+        if mine != getattr(defaults, name) and mine != theirs[name]:
+            raise DataError(
+                f"data.{name}={mine!r}, but {folder} was prepared with {theirs[name]!r}; drop data.{name} (a prepared "
+                "folder brings its own) or prepare the source again with it"
+            )
 
 
 def check_run_data(cfg: RunConfig, corpus: Corpus) -> None:
     """Everything about the data that would fail mid-run, checked before any compute."""
     m, t = cfg.model, cfg.train
-    if m.vocab_size < 256:
-        raise ConfigError(f"model.vocab_size={m.vocab_size} is too small for byte tokens; use 256 (or more)")
+    if m.vocab_size != corpus.vocab_size:
+        raise DataError(
+            f"model.vocab_size={m.vocab_size}, but the data's vocabulary is {corpus.vocab_size:,} ({corpus.folder}); "
+            "leave model.vocab_size at its default (the data sets it) or set it to the data's"
+        )
     if len(corpus.val) < m.seq_len + 1:
-        raise ConfigError(
+        raise DataError(
             f"model.seq_len={m.seq_len} is longer than the validation split ({len(corpus.val):,} tokens); "
-            "lower model.seq_len or raise data.val_fraction / data.chunk_tokens"
+            "lower model.seq_len or raise data.val_fraction"
         )
     if len(corpus.train) < m.seq_len + 1:
-        raise ConfigError(f"model.seq_len={m.seq_len} is longer than the training split ({len(corpus.train):,} tokens)")
+        raise DataError(f"model.seq_len={m.seq_len} is longer than the training split ({len(corpus.train):,} tokens)")
     if t.eval_tokens < m.seq_len:
-        raise ConfigError(f"train.eval_tokens={t.eval_tokens} is shorter than one sequence (model.seq_len={m.seq_len})")
+        raise DataError(f"train.eval_tokens={t.eval_tokens} is shorter than one sequence (model.seq_len={m.seq_len})")
+
+
+@cache
+def data_vocab_size(cfg: DataConfig) -> int | None:
+    """The vocabulary of the data ``cfg`` names, known without preparing it: the manifest's for a prepared folder,
+    the tokenizer's for raw text; None for a corpus that is not on this machine (a cluster path in a plan) with the
+    default tokenizer, which could be a prepared folder of any vocabulary."""
+    path = Path(cfg.corpus).expanduser()
+    if is_prepared_folder(cfg.corpus):
+        if (path / MANIFEST).is_file():
+            return int(read_manifest(path)["vocab_size"])
+    elif cfg.corpus != "builtin" and not path.exists() and not any(c in cfg.corpus for c in "*?["):
+        if cfg.tokenizer == DataConfig.tokenizer:
+            return None
+    return vocab_size_of(cfg.tokenizer)
+
+
+def with_data_vocab(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with model.vocab_size set from the data when it is left at its default (256); any other value must
+    equal the data's. Parameter and FLOP counts then use the real vocabulary."""
+    vocab = data_vocab_size(cfg.data)
+    if vocab is None or cfg.model.vocab_size == vocab:  # unknown here: the run checks it against the data
+        return cfg
+    if cfg.model.vocab_size != ModelConfig.vocab_size:
+        where = cfg.data.corpus if is_prepared_folder(cfg.data.corpus) else f"data.tokenizer={cfg.data.tokenizer!r}"
+        raise DataError(
+            f"model.vocab_size={cfg.model.vocab_size}, but the data's vocabulary is {vocab:,} ({where}); leave "
+            "model.vocab_size at its default (the data sets it) or set it to the data's"
+        )
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
 
 
 class TrainBatches:
@@ -141,10 +232,10 @@ class TrainBatches:
     """
 
     def __init__(
-        self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, steps: int, rank: int = 0, world: int = 1
+        self, tokens: Any, batch_size: int, seq_len: int, seed: int, steps: int, rank: int = 0, world: int = 1
     ):
         if batch_size % world:
-            raise ConfigError(f"train.batch_size={batch_size} is not divisible by the {world} devices in use")
+            raise DataError(f"train.batch_size={batch_size} is not divisible by the {world} devices in use")
         self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
         self.steps, self.rank, self.world = steps, rank, world
         self.step = 0
@@ -167,7 +258,28 @@ class TrainBatches:
             yield batch
 
 
-def val_windows(tokens: np.ndarray, seq_len: int, max_tokens: int) -> np.ndarray:
-    """The fixed validation set: consecutive windows of seq_len + 1 tokens (stride seq_len), up to max_tokens."""
-    n = min((len(tokens) - 1) // seq_len, max(1, max_tokens // seq_len))
-    return np.stack([np.asarray(tokens[i * seq_len : i * seq_len + seq_len + 1]) for i in range(n)]).astype(np.int64)
+def val_starts(n_tokens: int, seq_len: int, max_tokens: int) -> np.ndarray:
+    """Starts of the validation windows: up to ``max_tokens // seq_len`` windows of seq_len + 1 tokens spread
+    evenly over the whole split (they never overlap by more than the one token a window predicts last)."""
+    n = min((n_tokens - 1) // seq_len, max(1, max_tokens // seq_len))
+    if n <= 1:
+        return np.zeros(1, dtype=np.int64)
+    span = n_tokens - seq_len - 1
+    return (np.arange(n, dtype=np.int64) * span) // (n - 1)
+
+
+def val_windows(tokens: Any, seq_len: int, max_tokens: int) -> np.ndarray:
+    """The fixed validation set: the windows of :func:`val_starts`."""
+    starts = val_starts(len(tokens), seq_len, max_tokens)
+    return np.stack([np.asarray(tokens[s : s + seq_len + 1]) for s in starts]).astype(np.int64)
+
+
+def bytes_per_token(manifest: dict[str, Any], split: str) -> float:
+    """Bytes of text per token in a split; nan for token files, whose text is not known."""
+    counts = manifest["splits"][split]
+    return counts["bytes"] / counts["tokens"] if counts["bytes"] else math.nan
+
+
+def bits_per_byte(loss_nats: float, bytes_per_token: float) -> float:
+    """Nats per token to bits per byte of text, with the split's bytes per token."""
+    return loss_nats / math.log(2.0) / bytes_per_token

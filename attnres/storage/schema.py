@@ -4,6 +4,8 @@ Imports pyarrow only (no torch): ``analysis`` and ``reports`` use this module to
 anywhere. A run folder ``RESULTS/<sweep>/<run_id>/`` holds::
 
     config.yaml         the fully resolved RunConfig
+    data.json           the data it reads: prepared folder, tokenizer, bytes per token, what the splits and the
+                        evaluation windows hold per source file
     run.parquet         one row: identity, sizes, budget, status, final metrics, timings, versions
     metrics.parquet     one row per (step, split): the loss curve
     layers.parquet      one row per (step, layer, kind): RMS magnitudes and gradient norms per depth
@@ -33,6 +35,7 @@ METRICS_FILE = "metrics.parquet"
 LAYERS_FILE = "layers.parquet"
 DEPTH_ATTN_FILE = "depth_attn.parquet"
 CONFIG_FILE = "config.yaml"
+DATA_FILE = "data.json"  # the data the run reads: prepared folder, tokenizer, composition of splits and eval windows
 CHECKPOINT_DIR = "checkpoints"
 
 STATUSES = ("running", "done", "failed", "diverged")

@@ -7,6 +7,7 @@ checkpoint (same data order, same result), and a run being trained by another pr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -19,7 +20,15 @@ from typing import Any
 
 from attnres.config import ConfigError, RunConfig, dump_yaml, from_dict, load_yaml
 from attnres.costs import Budget, run_budget
-from attnres.data.corpus import Corpus, check_run_data, load_corpus
+from attnres.data.corpus import (
+    Corpus,
+    bytes_per_token,
+    check_run_data,
+    load_corpus,
+    val_starts,
+    with_data_vocab,
+)
+from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
 
@@ -69,6 +78,23 @@ def check_same_run(cfg: RunConfig, run_dir: Path) -> None:
             f"{run_dir} holds a different run ({', '.join(changed)} differ); "
             "train into a new folder (or delete that one to start over)"
         )
+
+
+def data_record(cfg: RunConfig, corpus: Corpus) -> dict[str, Any]:
+    """What ``RUN_DIR/data.json`` records: the prepared folder, its tokenizer and the composition of the training
+    split, the validation split and the evaluation windows, per source file."""
+    m = corpus.manifest
+    starts = val_starts(len(corpus.val), cfg.model.seq_len, cfg.train.eval_tokens)
+    return {
+        "folder": str(corpus.folder),
+        "source": m["source"],
+        "tokenizer": m["tokenizer"],
+        "vocab_size": m["vocab_size"],
+        "tokens": {s: m["splits"][s]["tokens"] for s in SPLITS},
+        "bytes_per_token": {s: bytes_per_token(m, s) for s in SPLITS},
+        "eval_windows": {"count": len(starts), "tokens_each": cfg.model.seq_len},
+        "composition": corpus.composition(starts),
+    }
 
 
 def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
@@ -121,6 +147,7 @@ def train(
     run_dir = Path(run_dir)
     if why := folder_problem(run_dir):
         raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
+    cfg = with_data_vocab(cfg)
     check_same_run(cfg, run_dir)
     previous = schema.read_run_row(run_dir)
     if previous and previous["status"] == "done":
@@ -144,6 +171,9 @@ def train(
                 locks.announce(run_dir, "done")
                 return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
+            schema.atomic_write_bytes(
+                run_dir / schema.DATA_FILE, json.dumps(data_record(cfg, corpus), indent=1).encode()
+            )
             locks.announce(run_dir, "train")
             return _fit(cfg, run_dir, corpus, budget, progress, callbacks)
     except RunBusy:
@@ -179,7 +209,8 @@ def _fit(
     if rt.compile:
         lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
-    run_row = RunRow(cfg, budget, device=device, precision=precision)
+    per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
+    run_row = RunRow(cfg, budget, device=device, precision=precision, bytes_per_token=per_token)
     logger = RunLogger(run_dir, run_row)
     # One checkpoint, last.ckpt, rewritten (atomically, by Lightning) after every evaluation.
     checkpoints = ModelCheckpoint(

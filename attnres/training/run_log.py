@@ -9,9 +9,8 @@ writes.
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,9 @@ import pyarrow as pa
 
 from attnres.config import RunConfig
 from attnres.costs import FLOPS_CONVENTION, Budget
+from attnres.data.corpus import bits_per_byte
 from attnres.runtime import git_sha, now_iso, versions
 from attnres.storage import schema
-
-LN2 = math.log(2.0)
-BYTES_PER_TOKEN = 1.0  # byte-level tokens
-
-
-def bits_per_byte(loss_nats: float) -> float:
-    return loss_nats / LN2 / BYTES_PER_TOKEN
 
 
 @dataclass
@@ -39,6 +32,7 @@ class RunRow:
     budget: Budget
     device: str = "cpu"
     precision: str = "32-true"
+    bytes_per_token: dict[str, float] = field(default_factory=lambda: {"train": 1.0, "val": 1.0})  # the manifest's
 
     def row(self, **state: Any) -> dict[str, Any]:
         m = self.cfg.model
@@ -117,6 +111,10 @@ class RunLogger(L.Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.train_s, self.eval_s = state["train_s"], state["eval_s"]
 
+    def bpb(self, loss: float, split: str) -> float:
+        """Bits per byte of text: nats per token over the split's bytes per token (1 for byte tokens)."""
+        return bits_per_byte(loss, self.run_row.bytes_per_token[split])
+
     @property
     def wall_s(self) -> float:
         return self.train_s + self.eval_s
@@ -171,7 +169,7 @@ class RunLogger(L.Callback):
                 "split": "train",
                 "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
                 "loss": loss,
-                "bpb": bits_per_byte(loss),
+                "bpb": self.bpb(loss, "train"),
                 "lr": lr,
                 "grad_norm": pl_module.grad_norm,
                 "tokens_per_s": rate,
@@ -204,14 +202,14 @@ class RunLogger(L.Callback):
             return
         step = trainer.global_step
         loss = pl_module.val_loss
-        self.last.update(val_loss=loss, val_bpb=bits_per_byte(loss))
+        self.last.update(val_loss=loss, val_bpb=self.bpb(loss, "val"))
         self.metrics.append(
             {
                 **self._at(step),
                 "split": "val",
                 "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
                 "loss": loss,
-                "bpb": bits_per_byte(loss),
+                "bpb": self.bpb(loss, "val"),
                 "lr": None,
                 "grad_norm": None,
                 "tokens_per_s": None,

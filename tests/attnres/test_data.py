@@ -10,48 +10,54 @@ import pytest
 import torch
 
 from attnres.config import DataConfig, RunConfig, TrainConfig
-from attnres.data.corpus import TrainBatches, corpus_files, load_corpus, split_chunks, val_windows
+from attnres.data.corpus import TrainBatches, load_corpus, val_starts, val_windows
+from attnres.data.sources import source_files
 from attnres.model import AttnResLM
 from attnres.training.module import build_scheduler, parameter_groups
 
 
 def test_builtin_corpus_is_vendored_with_its_provenance():
-    files = corpus_files("builtin")
+    files = source_files("builtin")
     assert [f.name for f in files] == ["kjv.txt.gz", "shakespeare.txt.gz"]
     assert (files[0].parent / "PROVENANCE.md").is_file()
     head = gzip.decompress(files[0].read_bytes())[:9]
     assert head == b"Genesis 1"
 
 
-def test_split_is_fixed_contiguous_and_disjoint():
-    cfg = DataConfig()
-    corpus = load_corpus(cfg)
-    total = sum(len(gzip.decompress(f.read_bytes())) for f in corpus_files("builtin")) + 2  # joined by b"\n\n"
-    assert len(corpus.train) + len(corpus.val) == total
-    chunks = split_chunks(total, cfg)
-    assert np.array_equal(chunks, split_chunks(total, cfg))  # deterministic
-    assert len(corpus.val) == len(chunks) * cfg.chunk_tokens
-    assert 0.015 < len(corpus.val) / total < 0.025
-    # every validation chunk is absent from the training text (no leakage of neighbouring windows)
-    train = bytes(corpus.train)
-    for c in chunks[:5]:
-        piece = bytes(corpus.val[np.searchsorted(chunks, c) * cfg.chunk_tokens :][: cfg.chunk_tokens])
-        assert piece[1000:1200] not in train
+def test_split_holds_every_byte_once_and_mirrors_the_training_mix():
+    corpus = load_corpus(DataConfig())
+    texts = [gzip.decompress(f.read_bytes()) for f in source_files("builtin")]
+    eot = 1  # one end-of-text token per document (file)
+    assert len(corpus.train) + len(corpus.val) == sum(len(t) + eot for t in texts)
+    assert 0.015 < len(corpus.val) / (len(corpus.train) + len(corpus.val)) < 0.025
+    assert corpus.vocab_size == 256 and corpus.val_bytes_per_token == 1.0
+    # the validation split holds KJV and Shakespeare within 5 points of the training split's shares, and the
+    # evaluation windows (spread over the whole split, not its first bytes) cover both
+    starts = val_starts(len(corpus.val), 256, 65536)
+    mix = corpus.composition(starts)
+    for name in ("kjv.txt.gz", "shakespeare.txt.gz"):
+        assert abs(mix[name]["val_share"] - mix[name]["train_share"]) < 0.05
+        assert abs(mix[name]["eval_window_share"] - mix[name]["train_share"]) < 0.05
+    # no validation piece is in the training text (no leakage of neighbouring windows)
+    train = bytes(np.asarray(corpus.train))
+    for _, start, n in corpus.val_pieces[:5]:
+        piece = bytes(corpus.val[int(start) : int(start + n)])
+        assert len(piece) > 1000 and piece[500:700] not in train
 
 
 def test_cache_is_built_once(token_cache):
     load_corpus(DataConfig())
-    files = sorted((Path(token_cache) / "tokens").rglob("*.u8"))
+    files = sorted((Path(token_cache) / "tokens").rglob("*.bin"))
     stamps = [f.stat().st_mtime_ns for f in files]
     load_corpus(DataConfig())
-    assert [f.stat().st_mtime_ns for f in sorted((Path(token_cache) / "tokens").rglob("*.u8"))] == stamps
+    assert files and [f.stat().st_mtime_ns for f in sorted((Path(token_cache) / "tokens").rglob("*.bin"))] == stamps
 
 
 def test_user_text_folder(tmp_path):
     (tmp_path / "a.txt").write_text("hello world " * 5000)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.txt").write_text("goodbye moon " * 5000)
-    corpus = load_corpus(DataConfig(corpus=str(tmp_path), chunk_tokens=4096, val_fraction=0.1))
+    corpus = load_corpus(DataConfig(corpus=str(tmp_path), chunk_bytes=4096, val_fraction=0.1))
     assert len(corpus.train) + len(corpus.val) == 12 * 5000 + 13 * 5000 + 2
     assert corpus.files == (str(tmp_path / "a.txt"), str(tmp_path / "sub" / "b.txt"))
 
@@ -72,11 +78,14 @@ def test_batches_are_a_function_of_seed_and_step_and_split_across_ranks():
     assert not torch.equal(full[0], list(TrainBatches(tokens, 8, 16, 4, 1))[0])  # another seed
 
 
-def test_validation_windows_are_fixed_and_consecutive():
-    tokens = np.arange(1000, dtype=np.uint8)
+def test_validation_windows_are_fixed_and_spread_over_the_whole_split():
+    tokens = np.arange(1000, dtype=np.int64)
     w = val_windows(tokens, seq_len=10, max_tokens=50)
     assert w.shape == (5, 11)
-    assert (w[1, 0] == w[0, -1]) and np.array_equal(w[0], np.arange(11))
+    assert np.array_equal(w[0], np.arange(11)) and w[-1, -1] == 999  # first and last tokens of the split
+    assert np.all(np.diff(w[:, 0]) >= 10)  # no window overlaps the next by more than its last target
+    full = val_windows(tokens, seq_len=10, max_tokens=10_000)  # as many as fit, still not overlapping
+    assert full.shape == (99, 11) and full[-1, -1] == 999 and np.all(np.diff(full[:, 0]) >= 10)
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "wsd"])

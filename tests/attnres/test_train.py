@@ -56,6 +56,34 @@ def test_tiny_run_writes_the_whole_contract(tiny_run):
     assert run["tokens_per_s"] > 0 and run["wall_s"] > 0 and run["variant"] == "block" and run["n_blocks"] == 4
 
 
+def test_a_run_records_its_data_and_byte_runs_keep_bits_per_byte_equal_to_bits(tiny_run):
+    import json
+
+    record = json.loads((tiny_run / schema.DATA_FILE).read_text())
+    assert record["tokenizer"]["spec"] == "bytes" and record["bytes_per_token"] == {"train": 1.0, "val": 1.0}
+    mix = record["composition"]
+    assert set(mix) == {"kjv.txt.gz", "shakespeare.txt.gz"}
+    assert all(0.3 < m["eval_window_share"] < 0.7 for m in mix.values())  # the windows cover both sources
+
+
+def test_a_run_on_a_prepared_bpe_corpus_logs_bits_per_byte_from_the_manifest(tmp_path):
+    import json
+
+    prepared = tmp_path / "bpe"
+    prep = run_cli("data", "prepare", "builtin", "--tokenizer", "bpe:1024", "--out", str(prepared), "--no-progress")
+    assert prep.returncode == 0, prep.stderr
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    result = train(resolve_run_config(None, [*TINY, f"data.corpus={prepared}"]), tmp_path / "run", progress=False)
+    assert result.status == "done"
+    run = schema.read_table(tmp_path / "run" / schema.RUN_FILE).to_pylist()[0]
+    assert run["vocab_size"] == 1024  # from the data; the parameter count includes its embedding
+    val = manifest["splits"]["val"]
+    bytes_per_token = val["bytes"] / val["tokens"]
+    assert 2.0 < bytes_per_token < 5.0
+    assert run["val_bpb"] == pytest.approx(run["val_loss"] / math.log(2) / bytes_per_token)
+    assert run["val_loss"] < math.log(1024) - 1.0
+
+
 def test_metrics_layers_and_depth_attention_contents(tiny_run):
     metrics = pd.read_parquet(tiny_run / schema.METRICS_FILE)
     val = metrics[metrics.split == "val"]
