@@ -145,13 +145,29 @@ def multiplier_table(
     if brief:
         header = ("variant", "exponent", diff, "p", "largest C", m_head, wall, runs, status)
     else:
-        header = ("variant", "largest C", m_head, "exponent", diff, "p", shared, separate, wall, runs, status)
+        header = (
+            "variant",
+            "largest C",
+            m_head,
+            "interval",
+            "exponent",
+            diff,
+            "p",
+            shared,
+            separate,
+            wall,
+            runs,
+            status,
+        )
     rows = []
     for m in _ordered(sw, order):
         cells: dict[str, Cell] = {
             "variant": m.variant,
             "largest C": number(m.compute, 4),
             m_head: m.multiplier.text(),
+            "interval": f"{m.interval}, " + ("calibrated" if m.reliable else "UNRELIABLE")
+            if has_intervals(settings)
+            else "none",
             "exponent": m.exponent,
             diff: m.exponent_test.difference.text(3),
             "p": number(m.exponent_test.p_value, 2),
@@ -215,7 +231,16 @@ def gap_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None =
         for g in m.gaps
     )
     text = "variant's mean loss minus the baseline's at each budget, paired over shared seeds (no fitted law):"
-    return FitTable(header, rows, text, text[0].upper() + text[1:])
+    caption = (
+        "The variant's mean loss minus the baseline's at each budget they share, in nats and in % of the "
+        "baseline's, paired over the seeds both ran (no fitted law); "
+        + (
+            "intervals resample seeds, so with 2 seeds they are rough."
+            if has_intervals(settings)
+            else f"{NO_INTERVAL}."
+        )
+    )
+    return FitTable(header, rows, text, caption)
 
 
 SENSITIVITY_CAPTION = (

@@ -43,6 +43,7 @@ from reports.folder import FILES_LIST, REPORT_FORMAT, build_into, check_report_f
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import Estimate, FitReport, Results, SweepFit
+    from reports.regime import Regime
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 
@@ -102,6 +103,7 @@ class Headline:
     unreliable: str = ""  # why the interval cannot be trusted (analysis marks it), or empty
     choice: str = ""  # the analysis choices the headline was made with (form, delta, seeds, budgets)
     choice_range: tuple[float, float, int] | None = None  # (low, high, how many) of M under the other choices
+    regime: Regime | None = None  # tokens per parameter, alpha, loss gap behind M (reports.regime)
 
     @property
     def choices_text(self) -> str:
@@ -156,6 +158,7 @@ class Headline:
             "n_runs_baseline": self.n_runs_baseline,
             "status": self.status,
             "interval_unreliable": self.unreliable or None,
+            "regime": None if self.regime is None else self.regime.to_dict(),
             "choice": self.choice,
             "other_choices": None
             if self.choice_range is None
@@ -626,6 +629,7 @@ class _Builder:
     def headlines(self) -> list[Headline]:
         """Each variant's multiplier at its largest budget, sweep by sweep, variants in the figures' order."""
         from reports.data import n_blocks_of
+        from reports.regime import regime
         from reports.style import curve_order, variant_label
 
         out = []
@@ -652,6 +656,7 @@ class _Builder:
                         choice_range=None
                         if m.sensitivity is None or not m.sensitivity.values.size
                         else (m.sensitivity.low, m.sensitivity.high, int(m.sensitivity.values.size)),
+                        regime=regime(sw, m),
                     )
                 )
         return out
@@ -717,6 +722,7 @@ class _Builder:
                     "form, Huber delta, seed aggregation, or one budget left out): each sweep's sensitivity table."
                 )
             )
+        blocks += self.regime_blocks(headline)
         unreliable = [h for h in headline if h.unreliable]
         if unreliable:
             blocks.append(
@@ -726,6 +732,27 @@ class _Builder:
                 )
             )
             blocks.append(Bullets(tuple(f"{h.label} ({h.sweep}): {h.unreliable}" for h in unreliable)))
+        return blocks
+
+    def regime_blocks(self, headline: Sequence[Headline]) -> list[Block]:
+        """Per sweep with a headline, the regime behind each M (tokens per parameter, alpha, the loss gap) next
+        to the paper's, and a sentence comparing the two."""
+        from reports.regime import paper_sentence, regime_rows
+
+        blocks: list[Block] = []
+        for sweep in dict.fromkeys(h.sweep for h in headline):
+            sw = self.fit.sweep(sweep)
+            mine = [h for h in headline if h.sweep == sweep]
+            order, labels = [h.variant for h in mine], {h.variant: h.label for h in mine}
+            blocks += [
+                Paragraph(
+                    f"The regime behind each M of `{sweep}`: tokens per (non-embedding) parameter over the variant's "
+                    "budgets, the fitted exponent behind M, the paired loss gap at the largest budget (variant minus "
+                    "baseline, no law needed), and the M that gap gives at the paper's exponent:"
+                ),
+                Table(pd.DataFrame(regime_rows(sw, order, labels))),
+                Paragraph(paper_sentence(sw, order)),
+            ]
         return blocks
 
     # -- a sweep ------------------------------------------------------------------------------------------
@@ -785,8 +812,20 @@ class _Builder:
             mult = tables.multipliers(self.fit, sw.sweep)
             budget = tables.budget_multipliers(self.fit, sw.sweep)
             blocks += [Heading("Effective compute multiplier", 3), Paragraph(mult.caption), Table(mult.frame())]
+            unreliable = [m for m in sw.multipliers if not m.reliable]
+            if unreliable:
+                blocks += [
+                    Paragraph(
+                        f"**Intervals marked UNRELIABLE** (`--interval {self.settings.interval}`; the data cannot "
+                        'support a calibrated interval of this kind, docs/analysis.md "Reliability"):'
+                    ),
+                    Bullets(tuple(f"`{m.variant}`: {m.why}" for m in unreliable)),
+                ]
             blocks.append(Bullets(tuple(text.sentence for text in exponent_texts(sw))))
             blocks += [Paragraph(budget.caption), Table(budget.frame())]
+            if any(m.gaps for m in sw.multipliers):
+                gaps = tables.loss_gaps(self.fit, sw.sweep)
+                blocks += [Paragraph(gaps.caption), Table(gaps.frame())]
             sensitivity = tables.sensitivities(self.fit, sw.sweep)
             if sensitivity.rows:
                 order = curve_order([m.variant for m in sw.multipliers])

@@ -601,6 +601,9 @@ def test_the_headline_says_when_its_interval_is_unreliable(tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Intervals marked unreliable" in text and m.why in text
     assert summary is not None
+    # and in the sweep's own tables, not only the headline
+    sweep_part = text[text.index("### Effective compute multiplier") :]
+    assert "| budgets, UNRELIABLE |" in sweep_part and f"`full`: {m.why}" in sweep_part
 
 
 def test_the_report_says_which_seeds_are_missing_at_which_budget(tmp_path):
@@ -622,3 +625,27 @@ def test_the_report_shows_how_the_headline_moves_under_other_analysis_choices(bu
         assert h["choice"] == s.headline and h["other_choices"] == {"low": s.low, "high": s.high, "n": len(s.rows)}
         assert f"{s.low:.3g} to {s.high:.3g} ({len(s.rows)} choices)" in md
         assert f"`{m.variant}`: headline M = " in md
+
+
+def test_the_report_states_the_regime_next_to_m_and_shows_the_paired_gaps(built):
+    from reports.regime import PAPER_ALPHA
+
+    md = built.report_md.read_text()
+    sw = built.fit.sweeps[0]
+    assert "M from that gap at alpha 0.057" in md and "the paper: Block AttnRes, its fits and data" in md
+    assert "The paper's 1.25x comes at alpha 0.057" in md
+    assert "paired over the seeds both ran (no fitted law)" in md
+    saved = {h["variant"]: h["regime"] for h in json.loads(built.report_json.read_text())["headline"]}
+    for m in sw.multipliers:
+        r = saved[m.variant]
+        top = m.gaps[-1]
+        assert r["gap_pct"] == top.gap_pct.to_dict() and r["alpha"] == sw.joint.alpha.to_dict()
+        points = sw.curve(m.variant).points
+        assert r["tokens_per_param"] == [
+            min(p.tokens / p.params for p in points),
+            max(p.tokens / p.params for p in points),
+        ]
+        expected = top.baseline_compute / top.compute * (1 + top.gap_pct.value / 100) ** (-1 / PAPER_ALPHA)
+        assert np.isclose(r["multiplier_at_paper_alpha"], expected, rtol=1e-12)
+        assert f"{top.gap_pct.text(3)} |" in md  # the gap table of the sweep
+        assert f"| {m.interval}, {'calibrated' if m.reliable else 'UNRELIABLE'} |" in md
