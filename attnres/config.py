@@ -265,6 +265,9 @@ class TrainConfig:
     """Training-FLOP budget, converted to tokens with the model's FLOP counter."""
     batch_size: int = 16
     """Sequences per optimizer step (global, across devices)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward on each device; gradients accumulate over batch_size / (devices x this)
+    micro-batches per step (None: the whole per-device batch at once). Exact, so not part of the run id."""
     lr: float = 3e-3
     """Peak learning rate of AdamW."""
     schedule: Literal["cosine", "wsd"] = "cosine"
@@ -288,7 +291,7 @@ class TrainConfig:
     eval_interval: int = 100
     """Evaluate on the validation set every this many steps (and always at the end)."""
     eval_tokens: int = 65536
-    """Validation tokens per evaluation (a fixed prefix of the validation split)."""
+    """Validation tokens per evaluation: windows spread evenly over the whole validation split."""
     log_interval: int = 10
     """Write a training-loss row to metrics.parquet every this many steps."""
     seed: int = 0
@@ -304,6 +307,12 @@ class TrainConfig:
         if self.flops is not None:
             _require(self.flops > 0, f"TrainConfig.flops must be positive, got {self.flops!r}")
         _positive(self, "batch_size", "lr", "eval_interval", "eval_tokens", "log_interval", "eps")
+        if self.micro_batch_size is not None:
+            _require(
+                0 < self.micro_batch_size <= self.batch_size and self.batch_size % self.micro_batch_size == 0,
+                f"TrainConfig.micro_batch_size={self.micro_batch_size} must divide train.batch_size={self.batch_size} "
+                "(per device: batch_size / devices must be a multiple of it)",
+            )
         _require(0.0 <= self.warmup_frac < 1.0, f"TrainConfig.warmup_frac must be in [0, 1), got {self.warmup_frac}")
         _require(
             0.0 <= self.min_lr_ratio <= 1.0, f"TrainConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}"
@@ -343,6 +352,10 @@ class RuntimeConfig:
     checkpointing: Literal["none", "sublayer"] = "none"
     """Activation checkpointing: sublayer recomputes each attention / MLP sublayer in backward instead of keeping
     its activations (the same gradients; the depth attention's own saved tensors are small and kept)."""
+    logger: Literal["none", "csv", "tensorboard", "wandb", "mlflow"] = "none"
+    """An experiment tracker beside the parquet files (which stay the record the analysis reads): csv and tensorboard
+    write into RUN_DIR/<logger>/; wandb runs offline unless WANDB_MODE says otherwise; mlflow logs to
+    $MLFLOW_TRACKING_URI or RUN_DIR/mlruns."""
 
     def __post_init__(self) -> None:
         _positive(self, "devices", "num_nodes")
@@ -372,14 +385,16 @@ class RunConfig:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What makes the run: model, data and recipe (not the runtime, not the sweep name).
+        """What makes the run: model, data and recipe (not the runtime, not the sweep name, not the micro-batch).
 
         ``n_blocks`` only counts for Block AttnRes: a baseline or Full run is the same run whatever it says.
         """
         model = to_dict(self.model)
         if self.model.residual != "block":
             model["n_blocks"] = _defaults(ModelConfig)["n_blocks"]
-        return {"model": model, "data": to_dict(self.data), "train": to_dict(self.train)}
+        train = to_dict(self.train)
+        del train["micro_batch_size"]  # how a step's batch is split changes nothing but memory (and rounding)
+        return {"model": model, "data": to_dict(self.data), "train": train}
 
     @property
     def run_id(self) -> str:

@@ -51,6 +51,8 @@ def requeue_callback() -> Any | None:
         def on_train_batch_end(
             self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
+            if (batch_idx + 1) % trainer.accumulate_grad_batches:  # a checkpoint holds whole steps only
+                return
             if not trainer.strategy.reduce_boolean_decision(self.requested, all=False) or self.saved:
                 return
             path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)

@@ -228,16 +228,33 @@ class TrainBatches:
     An iterable from ``step`` to ``steps``. It has deliberately no ``state_dict``: its position counts
     fetched batches (Lightning prefetches, and a checkpoint may be taken mid-step), so a resumed run sets
     ``step`` from the restored global step instead (``LitLM.train_dataloader``). Rank r of w takes rows
-    r, r + w, ... of each global batch.
+    r, r + w, ... of each global batch; with ``micro`` (the micro-batch size) it yields them in consecutive
+    micro-batches of that many rows, which gradient accumulation sums back into the step's batch.
     """
 
     def __init__(
-        self, tokens: Any, batch_size: int, seq_len: int, seed: int, steps: int, rank: int = 0, world: int = 1
+        self,
+        tokens: Any,
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        steps: int,
+        rank: int = 0,
+        world: int = 1,
+        micro: int | None = None,
     ):
         if batch_size % world:
             raise DataError(f"train.batch_size={batch_size} is not divisible by the {world} devices in use")
+        per_device = batch_size // world
+        self.micro = micro or per_device
+        if per_device % self.micro:
+            raise DataError(
+                f"train.micro_batch_size={micro} does not divide the per-device batch (train.batch_size={batch_size} "
+                f"over {world} device(s) = {per_device}); pick a divisor of {per_device}"
+            )
         self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
         self.steps, self.rank, self.world = steps, rank, world
+        self.accumulate = per_device // self.micro
         self.step = 0
 
     def batch(self, step: int) -> np.ndarray:
@@ -247,7 +264,7 @@ class TrainBatches:
         return np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)
 
     def __len__(self) -> int:
-        return self.steps
+        return self.steps * self.accumulate
 
     def __iter__(self) -> Iterator:
         import torch
@@ -255,7 +272,7 @@ class TrainBatches:
         while self.step < self.steps:
             batch = torch.from_numpy(self.batch(self.step))
             self.step += 1
-            yield batch
+            yield from batch.split(self.micro)
 
 
 def val_starts(n_tokens: int, seq_len: int, max_tokens: int) -> np.ndarray:

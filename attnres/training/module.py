@@ -77,6 +77,8 @@ class LitLM(L.LightningModule):
         self.param_grad_norms: dict[str, float] = {}  # per sublayer / block, at evaluation steps
         self._val_sum = self._val_count = None
         self._last_time: float | None = None
+        self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches)
+        self._step_loss_sum, self._micro_count = 0.0, 0
 
     # ------------------------------------------------------------------------------------------ data
     def train_dataloader(self) -> TrainBatches:
@@ -89,6 +91,7 @@ class LitLM(L.LightningModule):
             self.steps,
             rank=self.global_rank,
             world=self.trainer.world_size,
+            micro=self.cfg.train.micro_batch_size,
         )
         batches.step = self.trainer.global_step
         return batches
@@ -98,6 +101,7 @@ class LitLM(L.LightningModule):
 
     def val_dataloader(self) -> DataLoader:
         per_device = max(1, self.cfg.train.batch_size // self.trainer.world_size)
+        per_device = min(per_device, self.cfg.train.micro_batch_size or per_device)  # what fits in training fits here
         return DataLoader(TensorDataset(torch.from_numpy(self.val_windows())), batch_size=per_device)
 
     # -------------------------------------------------------------------------------------- training
@@ -121,6 +125,12 @@ class LitLM(L.LightningModule):
             )
         self._last_time = now
         self.log("loss", loss, prog_bar=True)
+        # the step's loss is the mean of its micro-batches' (equal sizes): what a one-shot step would have computed
+        self._step_loss_sum += float(loss.detach())
+        self._micro_count += 1
+        if self._micro_count == self.trainer.accumulate_grad_batches:
+            self.step_loss = self._step_loss_sum / self._micro_count
+            self._step_loss_sum, self._micro_count = 0.0, 0
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:

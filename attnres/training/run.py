@@ -31,6 +31,7 @@ from attnres.data.corpus import (
 from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
+from attnres.training.trackers import build_tracker, check_tracker
 
 
 class RunBusy(RuntimeError):
@@ -97,8 +98,25 @@ def data_record(cfg: RunConfig, corpus: Corpus) -> dict[str, Any]:
     }
 
 
+def batch_split(cfg: RunConfig) -> tuple[int, int]:
+    """(sequences per device per step, micro-batches accumulated per step); a clear error if they do not divide."""
+    world = cfg.runtime.devices * cfg.runtime.num_nodes
+    if cfg.train.batch_size % world:
+        raise ConfigError(f"train.batch_size={cfg.train.batch_size} is not divisible by devices x num_nodes = {world}")
+    per_device = cfg.train.batch_size // world
+    micro = cfg.train.micro_batch_size or per_device
+    if per_device % micro:
+        raise ConfigError(
+            f"train.micro_batch_size={micro} does not divide the per-device batch ({cfg.train.batch_size} sequences "
+            f"over {world} devices = {per_device}); pick a divisor of {per_device}"
+        )
+    return per_device, per_device // micro
+
+
 def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
-    """Everything that can fail before compute: the corpus, the split, the budget."""
+    """Everything that can fail before compute: the batch split, the tracker, the corpus, the split, the budget."""
+    batch_split(cfg)
+    check_tracker(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
     return corpus, run_budget(cfg)
@@ -202,8 +220,7 @@ def _fit(
     if rt.threads:
         torch.set_num_threads(rt.threads)
     world = rt.devices * rt.num_nodes
-    if cfg.train.batch_size % world:
-        raise ConfigError(f"train.batch_size={cfg.train.batch_size} is not divisible by devices x num_nodes = {world}")
+    _, accumulate = batch_split(cfg)
 
     lit = LitLM(cfg, corpus, budget.steps)
     if rt.compile:
@@ -229,10 +246,13 @@ def _fit(
         precision=precision,
         max_steps=budget.steps,
         max_epochs=1,  # the training stream is one pass of exactly max_steps batches
-        val_check_interval=min(cfg.train.eval_interval, budget.steps),
+        accumulate_grad_batches=accumulate,
+        # counted in micro-batches: evaluations (and their checkpoints) fall on whole steps
+        val_check_interval=min(cfg.train.eval_interval, budget.steps) * accumulate,
         check_val_every_n_epoch=1,
         num_sanity_val_steps=0,
-        logger=False,
+        logger=build_tracker(cfg, run_dir),
+        log_every_n_steps=cfg.train.log_interval * accumulate,  # counted in micro-batches, like val_check_interval
         callbacks=[logger, *callbacks, checkpoints],
         enable_progress_bar=rt.progress_bar if progress is None else progress,
         enable_model_summary=False,

@@ -152,9 +152,11 @@ class RunLogger(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.train_s += time.perf_counter() - self._batch_t0
         step = trainer.global_step
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:  # inside a step's gradient accumulation
+            return
         if outputs is None or not (step % self.cfg.train.log_interval == 0 or step >= pl_module.steps):
             return
-        loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)
+        loss = pl_module.step_loss
         prev_step, prev_s = self._last_train_row
         elapsed = self.train_s - prev_s
         rate = (step - prev_step) * self.run_row.budget.batch_tokens / elapsed if elapsed > 0 else None

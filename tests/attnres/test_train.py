@@ -146,9 +146,13 @@ def readable_or_absent(run_dir: Path) -> None:
             schema.read_table(run_dir / name)  # raises on a half-written file
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
-def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig):
-    args = TINY + ["train.tokens=160000", "train.eval_interval=20", "--no-progress"]
+@pytest.mark.parametrize(
+    "sig, micro",
+    [(signal.SIGKILL, []), (signal.SIGINT, []), (signal.SIGKILL, ["train.micro_batch_size=4"])],
+    ids=["sigkill", "ctrl-c", "sigkill-accumulating"],
+)
+def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig, micro):
+    args = TINY + [*micro, "train.tokens=160000", "train.eval_interval=20", "--no-progress"]
     straight = run_cli("train", *args, "--out", str(tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr
 
@@ -187,6 +191,60 @@ def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tm
     ra = schema.read_table(tmp_path / "straight" / schema.RUN_FILE).to_pylist()[0]
     rb = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
     assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
+
+
+def test_gradient_accumulation_matches_the_one_shot_step(tmp_path):
+    """batch 16 as 4 micro-batches of 4: the same losses, step by step, as 16 at once (float tolerance)."""
+    args = [*TINY, "train.tokens=20480", "train.log_interval=1", "train.eval_interval=10"]  # 20 steps
+    one = train(resolve_run_config(None, args), tmp_path / "one", progress=False)
+    cfg = resolve_run_config(None, [*args, "train.micro_batch_size=4"])
+    four = train(cfg, tmp_path / "four", progress=False)
+    assert one.status == four.status == "done" and one.step == four.step == 20
+    assert cfg.run_id == resolve_run_config(None, args).run_id  # the split is not part of the run
+    a = pd.read_parquet(tmp_path / "one" / schema.METRICS_FILE)
+    b = pd.read_parquet(tmp_path / "four" / schema.METRICS_FILE)
+    assert list(zip(a.step, a.split)) == list(zip(b.step, b.split)) and len(a[a.split == "train"]) == 20
+    np.testing.assert_allclose(b.loss.values, a.loss.values, rtol=1e-5)
+    np.testing.assert_allclose(b.grad_norm.dropna().values, a.grad_norm.dropna().values, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tracker", ["csv", "tensorboard"])
+def test_a_tracker_writes_its_files_in_the_run_folder_beside_the_parquet_record(tmp_path, tracker):
+    args = [*TINY, "train.tokens=20480", "train.log_interval=5", "train.eval_interval=10", f"runtime.logger={tracker}"]
+    assert train(resolve_run_config(None, args), tmp_path / "run", progress=False).status == "done"
+    assert (tmp_path / "run" / schema.METRICS_FILE).is_file()
+    if tracker == "csv":
+        logged = pd.read_csv(tmp_path / "run" / "csv" / "metrics.csv")
+        assert logged["loss"].notna().sum() == 4 and logged["val_loss"].notna().sum() == 2  # steps 5..20; 10, 20
+        hparams = (tmp_path / "run" / "csv" / "hparams.yaml").read_text()
+        assert "model.n_layer: 2" in hparams
+    else:
+        import struct
+
+        from tensorboardX.proto import event_pb2
+
+        tags = []
+        for path in (tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"):
+            data = path.read_bytes()
+            at = 0
+            while at < len(data):  # TFRecord: length, its crc, the record, its crc
+                (n,) = struct.unpack("<Q", data[at : at + 8])
+                event = event_pb2.Event.FromString(data[at + 12 : at + 12 + n])
+                tags += [v.tag for v in event.summary.value]
+                at += 16 + n
+        assert tags.count("loss") == 4 and tags.count("val_loss") == 2
+
+
+def test_a_missing_tracker_package_is_one_clear_error_before_compute(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb"):
+        pytest.skip("wandb is installed here")
+    result = run_cli("train", *TINY, "runtime.logger=wandb", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert "runtime.logger=wandb needs the wandb package" in message and "attnres-scaling[wandb]" in message
+    assert not (tmp_path / "run" / schema.RUN_FILE).exists()
 
 
 LOGS = (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)
@@ -275,6 +333,10 @@ def test_help_lists_every_field():
         (["train.lr=nan"], ["train.lr must be a finite number"]),
         (["train.flops=inf", "train.tokens=null"], ["train.flops must be a finite number"]),
         (["model.residual=baseline", "model.n_blocks=9"], ["n_blocks=9 applies to residual block only"]),
+        (["train.micro_batch_size=5"], ["micro_batch_size=5 must divide train.batch_size=16"]),
+        (["train.micro_batch_size=8", "runtime.devices=4"], ["micro_batch_size=8 does not divide", "divisor of 4"]),
+        (["data.tokenizer=bpe:7"], ["tokenizer 'bpe:7'", "bpe:8192"]),
+        (["model.vocab_size=300"], ["model.vocab_size=300", "vocabulary is 256"]),
     ],
 )
 def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
