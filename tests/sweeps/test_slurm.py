@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -122,6 +123,7 @@ def test_the_smoke_grid_as_a_job_array_finishes_every_run(cluster, tmp_path):
         assert "_" in job  # an array task
         log = run_dir / "slurm" / f"{job}.out"
         assert log.is_symlink() and f"{cfg.run_id}: done" in log.read_text()
+        assert any(LOSS_LINE.match(line) for line in log.read_text().splitlines())
         assert "#SBATCH --signal=USR1@" in (run_dir / "slurm" / "submission.sh").read_text()
     assert len({jobs_of(results / "smoke" / c.run_id)[0].split("_")[0] for c in runs}) == 1  # one array
 
@@ -130,6 +132,8 @@ def test_the_smoke_grid_as_a_job_array_finishes_every_run(cluster, tmp_path):
     again = attnres(cluster, "sweep", "run", "smoke", "--launcher", "slurm", "--results", str(results))
     assert again.returncode == 0 and "nothing to submit" in again.stdout
 
+
+LOSS_LINE = re.compile(r"step \d+/\d+  tokens [\d,]+  loss \d+\.\d{4}  lr [\d.e+-]+  tok/s [\d,-]+  eta \S+$")
 
 REQUEUE_GRID = {
     "name": "requeue",
@@ -154,12 +158,16 @@ def test_a_signalled_task_checkpoints_requeues_and_resumes_to_the_same_result(cl
     run_dir = results / "requeue" / cfg.run_id
     (job,) = jobs_of(run_dir)
     deadline = time.monotonic() + 300
+    live = run_dir / "slurm" / f"{job}.out"
     while time.monotonic() < deadline:
         row = read_status(run_dir)
         if row and row["step"] >= 20:
             break
         time.sleep(0.1)
     assert row and row["step"] < row["max_steps"], "the run finished before it could be signalled"
+    # the task's log shows the loss while the run trains (plain lines, not a progress bar)
+    lines = [line for line in live.read_text().splitlines() if LOSS_LINE.match(line)]
+    assert lines and int(lines[-1].split()[1].split("/")[0]) < row["max_steps"], live.read_text()[-2000:]
     # what SLURM does signal_delay_s before the time limit
     signalled = run(["scancel", "--signal=USR1", job], cluster)
     assert signalled.returncode == 0, signalled.stderr
