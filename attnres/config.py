@@ -356,10 +356,23 @@ class RuntimeConfig:
     """An experiment tracker beside the parquet files (which stay the record the analysis reads): csv and tensorboard
     write into RUN_DIR/<logger>/; wandb runs offline unless WANDB_MODE says otherwise; mlflow logs to
     $MLFLOW_TRACKING_URI or RUN_DIR/mlruns."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """With several devices: ddp (a full copy of the model per device) or fsdp (parameters, gradients and optimizer
+    state sharded over the devices, one FSDP unit per transformer block; GPUs only, as in Lightning)."""
 
     def __post_init__(self) -> None:
         _positive(self, "devices", "num_nodes")
         _require(self.threads >= 0, f"RuntimeConfig.threads must be >= 0, got {self.threads}")
+        _require(
+            self.strategy != "fsdp" or self.devices * self.num_nodes > 1,
+            "runtime.strategy=fsdp shards over several devices, and this run has one; use runtime.devices=N "
+            "(or leave the strategy at ddp)",
+        )
+        _require(
+            self.strategy != "fsdp" or self.accelerator != "cpu",
+            "runtime.strategy=fsdp needs GPUs (Lightning's FSDP strategy does not run on CPU); use "
+            "runtime.accelerator=gpu, or ddp on CPU",
+        )
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...: run, log to OUT/NAME.log, remember a
 "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
       torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU visible")' | tee "$out/env.log"
 if [ "$device" = cuda ]; then
-    stage tests 120 "$python" -m pytest -q -m gpu -p no:cacheprovider tests/attnres/test_model.py
+    stage tests 240 "$python" -m pytest -q -m gpu -p no:cacheprovider tests/attnres/test_model.py tests/attnres/test_train.py
 fi
 bench=(benchmarks/bench_step.py --device "$device" --dtype bf16 --sizes "$sizes" --batch "$batch" --seq-len "$seq")
 stage bench-eager 80 "$python" "${bench[@]}" --variants baseline,full,block4,block8 --repeats 20 \

@@ -337,6 +337,8 @@ def test_help_lists_every_field():
         (["train.micro_batch_size=8", "runtime.devices=4"], ["micro_batch_size=8 does not divide", "divisor of 4"]),
         (["data.tokenizer=bpe:7"], ["tokenizer 'bpe:7'", "bpe:8192"]),
         (["model.vocab_size=300"], ["model.vocab_size=300", "vocabulary is 256"]),
+        (["runtime.strategy=fsdp"], ["runtime.strategy=fsdp shards over several devices"]),
+        (["runtime.strategy=fsdp", "runtime.devices=2", "runtime.accelerator=cpu"], ["fsdp needs GPUs"]),
     ],
 )
 def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
@@ -488,3 +490,17 @@ def test_checkpointing_is_a_runtime_setting_with_the_same_run(tmp_path):
     a = train(plain, tmp_path / "a", progress=False)
     b = train(ckpt, tmp_path / "b", progress=False)
     assert a.status == b.status == "done" and b.val_loss == pytest.approx(a.val_loss, abs=1e-5)
+
+
+@pytest.mark.gpu  # deselected by default; `pytest -m gpu` on a machine with 2 or more CUDA GPUs
+def test_fsdp_trains_checkpoints_and_resumes_to_the_ddp_result(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("FSDP needs 2 or more GPUs")
+    common = [*TINY, "runtime.devices=2", "runtime.accelerator=gpu", "runtime.precision=32-true", "--no-progress"]
+    ddp = run_cli("train", *common, "--out", str(tmp_path / "ddp"))
+    assert ddp.returncode == 0, ddp.stderr
+    half = run_cli("train", *common, "runtime.strategy=fsdp", "train.eval_interval=20", "--out", str(tmp_path / "f"))
+    assert half.returncode == 0, half.stderr
+    a = schema.read_table(tmp_path / "ddp" / schema.RUN_FILE).to_pylist()[0]
+    b = schema.read_table(tmp_path / "f" / schema.RUN_FILE).to_pylist()[0]
+    assert b["status"] == "done" and abs(a["val_loss"] - b["val_loss"]) < 1e-3
