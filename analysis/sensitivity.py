@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +31,10 @@ from analysis.errors import FitInputError
 from analysis.fit import OFFSET_POWER, POWER
 from analysis.multiplier import CurveData, curves_log_multiplier, run_study, shared_log_multiplier
 
-if TYPE_CHECKING:  # pragma: no cover
-    from analysis.sweep_fits import FitSettings, VariantMultiplier
+# ``settings`` below is an analysis.sweep_fits.FitSettings and ``multipliers`` its VariantMultiplier objects: not
+# imported, not even for type checking, because sweep_fits imports this module (the import graph has no cycles)
+FitSettings = Any
+VariantMultiplier = Any
 
 LEAST_SQUARES_DELTA = 10.0  # a Huber delta no log-loss residual reaches (a factor e^10): plain least squares
 DELTAS = (1e-3, 1e-1, LEAST_SQUARES_DELTA)
