@@ -60,7 +60,11 @@ def run_prepare(args: argparse.Namespace) -> int:
         f"prepared {out}: {manifest['tokenizer']['spec']} (vocabulary {manifest['vocab_size']:,}), "
         f"train {splits['train']['tokens']:,} tokens in {len(splits['train']['shards'])} shard(s), "
         f"val {splits['val']['tokens']:,} tokens, "
-        f"{splits['train']['bytes'] / splits['train']['tokens']:.3f} bytes per token; train on it with "
-        f"data.corpus={out}"
+        + (
+            f"{splits['train']['bytes'] / splits['train']['tokens']:.3f} bytes per token"
+            if splits["train"]["bytes"]
+            else "token ids as given"
+        )
+        + f"; train on it with data.corpus={out}"
     )
     return 0

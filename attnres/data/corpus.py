@@ -79,10 +79,9 @@ def corpus_folder(cfg: DataConfig) -> Path:
                 "`attnres data prepare` command again to resume it"
             )
         return folder
-    folder = cached_folder(cfg)
-    if not (folder / MANIFEST).is_file():
-        prepare(prepare_spec(cfg), folder)
-    return folder
+    # Always through prepare: under its lock it returns at once when every shard is intact, rebuilds the damaged
+    # ones (a cache folder has no command of its own to rerun), and waits for a preparation in another process.
+    return prepare(prepare_spec(cfg), cached_folder(cfg))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

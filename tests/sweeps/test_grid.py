@@ -205,6 +205,20 @@ def test_plan_prints_the_table_and_trains_nothing(tmp_path):
     assert not results.exists()
 
 
+def test_plan_shows_the_datas_tokens_and_warns_above_one_epoch(tmp_path):
+    from attnres.config import DataConfig
+    from attnres.data.corpus import load_corpus
+    from sweeps.plan import data_summary, format_plan, grid_data, plan
+
+    train_tokens = len(load_corpus(DataConfig()).train)
+    grid = load_grid(write(tmp_path, TINY), ["train.tokens=2e7"])  # about 2.2 passes over the built-in corpus
+    rows = plan(grid, None)
+    text = format_plan(grid, rows, data=[data_summary(c) for c in grid_data(grid)])
+    assert all(r.epochs == pytest.approx(2e7 / train_tokens, rel=0.01) for r in rows)
+    assert f"data: builtin (bytes, vocabulary 256): {train_tokens / 1e6:.3g}M training tokens" in text
+    assert "warning: 3 run(s) need more than one epoch of the data (up to 2.2)" in text
+
+
 def test_plan_rejects_a_bad_grid_with_exit_code_2(tmp_path):
     path = write(tmp_path, grid_with(variants=["baseline", "fancy"]))
     out = subprocess.run(
