@@ -124,6 +124,29 @@ class Headline:
             return "no interval: the fit has no spare degrees of freedom"
         return f"{int(round(self.level * 100))}% CI"
 
+    @property
+    def verdict(self) -> str:
+        """What the interval says, in plain words (the demo's last lines)."""
+        m = self.multiplier
+        if self.n_boot <= 0 or not m.has_interval:
+            return "a point estimate with no interval: it cannot say whether the variant differs from the baseline"
+        if self.unreliable:
+            return f"too few runs to tell: the interval is marked unreliable ({self.unreliable})"
+        if m.contains(1.0):
+            return (
+                f"too few runs to tell: the interval [{m.low:.3g}, {m.high:.3g}] contains 1 (no difference from "
+                "the baseline)"
+            )
+        if m.high < 1.0:
+            return (
+                f"worth less than the baseline at this scale: its loss is what the baseline reaches with "
+                f"{m.low:.2g}-{m.high:.2g}x the compute (the whole interval is below 1)"
+            )
+        return (
+            f"worth more than the baseline at this scale: it matches the baseline with {m.low:.2g}-{m.high:.2g}x the "
+            "compute (the whole interval is above 1)"
+        )
+
     def text(self) -> str:
         from analysis.tables import incomplete_text
 

@@ -56,6 +56,13 @@ def run(args: argparse.Namespace) -> int:
     if headline:
         print("\neffective compute multiplier over the baseline at the largest budget (90% CI):")
         print(headline)
+        print("\nwhat it says:")
+        for h in report.headline:
+            print(f"  {h.label}: {h.verdict}")
+        print(
+            "a demo is too small to judge AttnRes by: studies/cpu_small/README.md is a study with 40 runs over 5 "
+            "sizes, and docs/analysis.md says what the interval covers and how far to trust it"
+        )
     else:
         print("\nno multiplier could be computed (see the report's 'skipped' section)")
     return 0 if not problems else 1

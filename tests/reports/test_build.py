@@ -3,7 +3,9 @@ output, partial results trees reported with reasons instead of crashing, and no 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -649,3 +651,22 @@ def test_the_report_states_the_regime_next_to_m_and_shows_the_paired_gaps(built)
         assert np.isclose(r["multiplier_at_paper_alpha"], expected, rtol=1e-12)
         assert f"{top.gap_pct.text(3)} |" in md  # the gap table of the sweep
         assert f"| {m.interval}, {'calibrated' if m.reliable else 'UNRELIABLE'} |" in md
+
+
+@pytest.mark.parametrize(
+    "low, high, unreliable, words",
+    [
+        (0.8, 1.1, "", "contains 1"),
+        (0.6, 0.9, "", "worth less"),
+        (1.1, 1.4, "", "worth more"),
+        (0.6, 0.9, "3 budgets", "marked unreliable (3 budgets)"),
+        (math.nan, math.nan, "", "point estimate"),
+    ],
+)
+def test_the_headline_says_in_plain_words_what_its_interval_means(low, high, unreliable, words):
+    from analysis.bootstrap import Estimate
+    from reports.build import Headline
+
+    h = Headline("s", "block2", "Block", 1e15, "FLOPs", Estimate(0.8, low, high), 0.9, "shared", 3, 3, "converged")
+    h = dataclasses.replace(h, unreliable=unreliable)
+    assert words in h.verdict
