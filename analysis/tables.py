@@ -170,7 +170,7 @@ def multiplier_table(
             else "none",
             "exponent": m.exponent,
             diff: m.exponent_test.difference.text(3),
-            "p": number(m.exponent_test.p_value, 2),
+            "p": number(m.exponent_test.p_value, 2) if has_intervals(settings) else "-",  # a bootstrap p-value
             shared: m.multiplier_shared.text() if m.multiplier_shared is not None else "",
             separate: m.multiplier_unshared.text(),
             wall: m.wall_clock.text(),

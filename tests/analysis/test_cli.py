@@ -127,6 +127,7 @@ def test_fit_without_bootstrap_shows_no_interval(clean, tmp_path, capsys):
     assert "CI" not in out and "[" not in out  # no "[90% CI]" header, no bracketed value
     assert "no interval (--n-boot 0)" in out
     assert "M  " in out and "wall-clock M  " in out  # the headers, plain
+    assert " nan " not in out  # the exponent test's p-value needs a bootstrap: a dash, not nan
 
 
 def test_fit_on_an_empty_folder_says_no_runs_and_writes_nothing(tmp_path, capsys):
