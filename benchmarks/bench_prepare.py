@@ -139,13 +139,7 @@ def main() -> int:
         )
         for path in check:
             unit = files.index(path)
-            text = path.read_bytes()
-            whole = (
-                tokenizer.encode([text])[0]
-                if tokenizer._hf is None
-                else np.asarray(tokenizer._hf.encode(text.decode(), add_special_tokens=False).ids)
-            )
-            whole = np.append(whole, tokenizer.eot_id)
+            whole = np.append(tokenizer.encode_text(path.read_text()), tokenizer.eot_id)
             same = np.array_equal(file_tokens(out, manifest, unit).astype(np.int64), whole.astype(np.int64))
             print(f"  {path.name}: {len(whole):,} tokens, equal to one-go tokenization: {same}")
             if not same:

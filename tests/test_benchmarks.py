@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,3 +146,15 @@ def test_training_side_by_side_rejects_bad_input_before_training(argv, fragment,
         train_side_by_side.main([*argv, "--out", str(tmp_path)])
     assert fragment in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing trained
+
+
+def test_the_preparation_benchmark_checks_its_tokens_against_one_go_tokenization(tmp_path):
+    """benchmarks/bench_prepare.py on 3 MB instead of 2 GB: it prepares, measures and verifies (exit 0)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_prepare.py"
+    args = ["--size-gb", "0.003", "--tokenizer", "bpe:300", "--workers", "2", "--verify", "0", "--dir", str(tmp_path)]
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "peak RSS" in done.stdout and "equal to one-go tokenization: True" in done.stdout

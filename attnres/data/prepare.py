@@ -51,6 +51,7 @@ TOKENIZER_FILE = "tokenizer.json"
 VAL_PIECES = "val_pieces.npy"
 LOCK = ".prepare.lock"
 ENCODE_BATCH_BYTES = 1 << 20
+SPLITS = ("train", "val")
 
 
 @dataclass(frozen=True)
@@ -214,9 +215,6 @@ def prepare_unit(
     return record
 
 
-SPLITS = ("train", "val")
-
-
 def _unit_done(out: Path, index: int, tokenizer_hash: str) -> dict[str, Any] | None:
     """The unit's record, if the unit is complete and its shards are intact; None if it must be (re)built."""
     path = unit_record_path(out, index)
@@ -249,9 +247,9 @@ def _init_worker(spec: PrepareSpec, out: Path, files: list[Path], tokenizer_json
     if tokenizer_json is None:
         tokenizer = builtin_tokenizer(spec.tokenizer)
     else:
-        from attnres.data.tokenizer import _from_json
+        from attnres.data.tokenizer import from_json
 
-        tokenizer = _from_json(spec.tokenizer, tokenizer_json, TOKENIZER_FILE)
+        tokenizer = from_json(spec.tokenizer, tokenizer_json, TOKENIZER_FILE)
     _WORKER.update(spec=spec, out=out, files=files, tokenizer=tokenizer, counter=counter)
 
 

@@ -85,6 +85,12 @@ class Tokenizer:
     def dtype(self) -> np.dtype:
         return token_dtype(self.vocab_size)
 
+    def encode_text(self, text: str) -> np.ndarray:
+        """One text tokenized in one call, no special tokens added (what the checks compare pieces against)."""
+        if self._hf is None:
+            return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        return np.asarray(self._hf.encode(text, add_special_tokens=False).ids, dtype=self.dtype)
+
     def encode(self, pieces: Sequence[Any]) -> list[np.ndarray]:
         """Each piece (UTF-8 bytes, already validated; token arrays for ``tokens:``) as its own token array."""
         if self.spec.startswith("tokens:"):
@@ -110,7 +116,7 @@ def builtin_tokenizer(spec: str) -> Tokenizer | None:
     return None
 
 
-def _from_json(spec: str, text: str, where: str) -> Tokenizer:
+def from_json(spec: str, text: str, where: str) -> Tokenizer:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one thread per worker: --workers sets the parallelism
     from tokenizers import Tokenizer as HFTokenizer
 
@@ -136,7 +142,7 @@ def load_tokenizer_file(path: Path, spec: str | None = None) -> Tokenizer:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"tokenizer file {str(path)!r} cannot be read: {err}") from None
-    return _from_json(spec or str(path), text, f"tokenizer file {str(path)!r}")
+    return from_json(spec or str(path), text, f"tokenizer file {str(path)!r}")
 
 
 def train_bpe(vocab_size: int, sample: Iterable[bytes]) -> Tokenizer:
@@ -162,7 +168,7 @@ def train_bpe(vocab_size: int, sample: Iterable[bytes]) -> Tokenizer:
             "(the model's embedding keeps rows no token uses)",
             file=sys.stderr,
         )
-    return _from_json(f"bpe:{vocab_size}", hf.to_str(), f"bpe:{vocab_size}")
+    return from_json(f"bpe:{vocab_size}", hf.to_str(), f"bpe:{vocab_size}")
 
 
 def vocab_size_of(spec: str) -> int:

@@ -106,7 +106,7 @@ def test_bpe_tokens_equal_one_go_tokenization_and_workers_change_nothing(tmp_pat
     assert manifest["vocab_size"] == 600 and manifest["dtype"] == "uint16"
     tokenizer = load_tokenizer_file(one / "tokenizer.json")
     for unit, path in enumerate(sorted(src.iterdir())):
-        whole = tokenizer._hf.encode(path.read_text(), add_special_tokens=False).ids + [tokenizer.eot_id]
+        whole = tokenizer.encode_text(path.read_text()).tolist() + [tokenizer.eot_id]
         assert reassemble(one, unit).tolist() == whole
     bpt = manifest["splits"]["val"]["bytes"] / manifest["splits"]["val"]["tokens"]
     assert 1.5 < bpt < 6  # BPE merges: several bytes per token

@@ -493,7 +493,7 @@ def test_checkpointing_is_a_runtime_setting_with_the_same_run(tmp_path):
 
 
 @pytest.mark.gpu  # deselected by default; `pytest -m gpu` on a machine with 2 or more CUDA GPUs
-def test_fsdp_trains_checkpoints_and_resumes_to_the_ddp_result(tmp_path):
+def test_fsdp_trains_to_the_ddp_result(tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip("FSDP needs 2 or more GPUs")
     common = [*TINY, "runtime.devices=2", "runtime.accelerator=gpu", "runtime.precision=32-true", "--no-progress"]
