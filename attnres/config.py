@@ -270,6 +270,9 @@ class TrainConfig:
     micro-batches per step (None: the whole per-device batch at once). Exact, so not part of the run id."""
     lr: float = 3e-3
     """Peak learning rate of AdamW."""
+    depth_lr_scale: float = 1.0
+    """The depth mixer's parameters (pseudo-queries, key gains; an ablation's mixing weights) train at this multiple
+    of the learning rate, through the whole schedule (0 freezes them at their initial values)."""
     schedule: Literal["cosine", "wsd"] = "cosine"
     """cosine: linear warm-up then cosine decay to min_lr_ratio * lr (the paper's); wsd: warm-up, stable, decay."""
     warmup_frac: float = 0.05
@@ -322,6 +325,7 @@ class TrainConfig:
             f"TrainConfig.wsd_decay_frac must be in (0, 1 - warmup_frac], got {self.wsd_decay_frac}",
         )
         _require(self.weight_decay >= 0, f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay}")
+        _require(self.depth_lr_scale >= 0, f"TrainConfig.depth_lr_scale must be >= 0, got {self.depth_lr_scale}")
         _require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "TrainConfig.beta1 and beta2 must be in [0, 1)")
         _require(self.grad_clip >= 0, f"TrainConfig.grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
         _require(self.seed >= 0, f"TrainConfig.seed must be >= 0, got {self.seed}")

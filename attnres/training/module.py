@@ -54,14 +54,21 @@ def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> L
     return SequentialLR(opt, [s for s, _ in phases], milestones=milestones)
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay linear weights only: never norms, gains, pseudo-queries or embeddings."""
+def parameter_groups(model: nn.Module, weight_decay: float, depth_lr_scale: float = 1.0) -> list[dict]:
+    """Decay linear weights only: never norms, gains, pseudo-queries or embeddings. With a ``depth_lr_scale`` other
+    than 1 the depth mixer's parameters get groups of their own, marked ``lr_scale`` (:meth:`LitLM.scale_lrs`);
+    with 1 the groups are the same two as always, so older checkpoints still load."""
     decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     params = list(dict.fromkeys(model.parameters()))  # a tied weight once
-    return [
-        {"params": [p for p in params if id(p) in decay], "weight_decay": weight_decay},
-        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
-    ]
+    depth = {id(p) for p in model.depth.parameters()} if depth_lr_scale != 1.0 else set()
+    groups = []
+    for in_depth in (False, True):
+        for decayed in (True, False):
+            chosen = [p for p in params if (id(p) in decay) == decayed and (id(p) in depth) == in_depth]
+            if chosen or not in_depth:
+                group = {"params": chosen, "weight_decay": weight_decay if decayed else 0.0}
+                groups.append(group | ({"lr_scale": depth_lr_scale} if in_depth else {}))
+    return groups
 
 
 class LitLM(L.LightningModule):
@@ -134,11 +141,21 @@ class LitLM(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scale_lrs(optimizer)
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
         self.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))  # the norm before clipping
         if self._next_step_is_eval():
             self.param_grad_norms = self._param_grad_norms()
+
+    @staticmethod
+    def scale_lrs(optimizer: torch.optim.Optimizer) -> None:
+        """The depth mixer's groups at ``lr_scale`` times the schedule's learning rate (group 0's) for this step;
+        the scheduler's own value for them is overwritten, so the scale holds through warm-up, decay and resume."""
+        lr = optimizer.param_groups[0]["lr"]
+        for group in optimizer.param_groups:
+            if "lr_scale" in group:
+                group["lr"] = lr * group["lr_scale"]
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         # Lightning validates every eval_interval steps; make sure the last step is evaluated too.
@@ -196,7 +213,7 @@ class LitLM(L.LightningModule):
     def configure_optimizers(self) -> dict:
         t = self.cfg.train
         opt = torch.optim.AdamW(
-            parameter_groups(self.model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps
+            parameter_groups(self.model, t.weight_decay, t.depth_lr_scale), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps
         )
         return {
             "optimizer": opt,

@@ -119,3 +119,25 @@ def test_weight_decay_only_on_linear_weights():
     kept = {names[id(p)] for p in no_decay["params"]}
     assert {"depth.pseudo_query", "depth.key_gain", "embed.weight", "final_norm.weight"} <= kept
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+
+
+def test_the_depth_mixer_trains_at_its_own_learning_rate_scale_through_the_schedule():
+    from attnres.config import ModelConfig
+    from attnres.training.module import LitLM
+
+    model = AttnResLM(ModelConfig(n_layer=2, d_model=32, n_head=2, residual="block", n_blocks=2))
+    assert len(parameter_groups(model, 0.1)) == 2  # scale 1: the two groups of old checkpoints
+    groups = parameter_groups(model, 0.1, depth_lr_scale=2.5)
+    depth = {id(p) for p in model.depth.parameters()}
+    scaled = [g for g in groups if "lr_scale" in g]
+    assert scaled and {id(p) for g in scaled for p in g["params"]} == depth
+    assert sum(len(g["params"]) for g in groups) == len(list(dict.fromkeys(model.parameters())))
+    cfg = RunConfig(train=TrainConfig(lr=1.0, warmup_frac=0.1, depth_lr_scale=2.5))
+    opt = torch.optim.AdamW(groups, lr=1.0)
+    sched = build_scheduler(opt, cfg, 50)
+    for _ in range(50):
+        LitLM.scale_lrs(opt)
+        main = opt.param_groups[0]["lr"]
+        assert all(g["lr"] == pytest.approx(2.5 * main) for g in opt.param_groups if "lr_scale" in g)
+        opt.step()
+        sched.step()

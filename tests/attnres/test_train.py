@@ -247,6 +247,17 @@ def test_a_missing_tracker_package_is_one_clear_error_before_compute(tmp_path):
     assert not (tmp_path / "run" / schema.RUN_FILE).exists()
 
 
+def test_depth_lr_scale_zero_freezes_the_depth_mixer_and_nothing_else(tmp_path):
+    args = [*TINY, "train.tokens=8192", "train.depth_lr_scale=0"]
+    assert train(resolve_run_config(None, args), tmp_path / "run", progress=False).status == "done"
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert torch.count_nonzero(state["model.depth.pseudo_query"]) == 0  # zero-initialised, never moved
+    assert torch.equal(state["model.depth.key_gain"], torch.ones_like(state["model.depth.key_gain"]))
+    torch.manual_seed(0)  # the run's initialisation (train.seed 0, LitLM)
+    init = AttnResLM(resolve_run_config(None, args).model)
+    assert not torch.equal(state["model.blocks.0.mlp.down.weight"], init.blocks[0].mlp.down.weight)  # it trained
+
+
 LOGS = (schema.METRICS_FILE, schema.LAYERS_FILE, schema.DEPTH_ATTN_FILE)
 
 
