@@ -137,6 +137,7 @@ class TuneSpec:
     variants: tuple[str, ...] = ("baseline",)
     seed: int = 0
     file: str | None = None
+    widen: int = 2  # times the lr range may be widened when the best value sits at its edge (0: never)
 
     @property
     def searched(self) -> tuple[str, ...]:
@@ -498,7 +499,9 @@ def _parse_range(value: Any, where: str) -> tuple[float, float] | None:
 
 
 def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
-    keys = ("budget", "trials", "lr", "warmup_frac", "beta2", "pruner", "variants", "eval_interval", "seed", "file")
+    keys = (
+        "budget", "trials", "lr", "warmup_frac", "beta2", "pruner", "variants", "eval_interval", "seed", "file", "widen"
+    )  # fmt: skip
     _check_keys(data, keys, "tune.")
     kwargs: dict[str, Any] = {}
     if "budget" in data:
@@ -534,6 +537,8 @@ def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
         kwargs["eval_interval"] = _integer(data["eval_interval"], "tune.eval_interval")
     if "seed" in data:
         kwargs["seed"] = _integer(data["seed"], "tune.seed", minimum=0)
+    if "widen" in data:
+        kwargs["widen"] = _integer(data["widen"], "tune.widen", minimum=0)
     if data.get("file"):
         kwargs["file"] = str(data["file"])
     return TuneSpec(**kwargs)

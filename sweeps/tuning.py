@@ -81,8 +81,16 @@ def _pruner(grid: Grid):
     return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
 
 
-def pruning_callback(trial: Any) -> Any:
-    """A Lightning callback: report every validation loss to the trial; stop the run when Optuna prunes it."""
+def _warmup_steps(cfg: Any) -> int:
+    from attnres.costs import run_budget
+
+    return round(cfg.train.warmup_frac * run_budget(cfg).steps)
+
+
+def pruning_callback(trial: Any, no_pruning_before: int = 0) -> Any:
+    """A Lightning callback: report every validation loss to the trial; stop the run when Optuna prunes it, but
+    never before step ``no_pruning_before`` (the run's learning-rate warm-up: learning rates are ranked by how
+    they train, not by how fast a warm-up at a larger rate moves first)."""
     import lightning as L
 
     class OptunaPruning(L.Callback):
@@ -94,7 +102,7 @@ def pruning_callback(trial: Any) -> Any:
                 return
             step = trainer.global_step
             trial.report(pl_module.val_loss, step)
-            if trial.should_prune():
+            if step >= no_pruning_before and trial.should_prune():
                 self.pruned_at = step
                 trainer.should_stop = True
 
@@ -138,20 +146,7 @@ def tune(
         for size in chosen:
             for label in _labels(grid, size, variants):
                 name = f"{grid.name}/{size.name}/{label}"
-                study = optuna.create_study(
-                    study_name=name,
-                    storage=store,
-                    direction="minimize",
-                    load_if_exists=True,
-                    # quasi-random (Sobol): with the handful of trials a CPU affords, it covers the search range
-                    # evenly, where TPE's random start (its first 10 trials) can cluster in one part of it
-                    sampler=optuna.samplers.QMCSampler(
-                        qmc_type="sobol", scramble=False, seed=spec.seed, warn_independent_sampling=False
-                    ),
-                    pruner=_pruner(grid),
-                )
-                objective = _objective(grid, size, label, results, threads, tuner)
-                entry = _run_study(study, objective, trials or spec.trials, trials_dir, spec, log)
+                entry = _tune_one(grid, size, label, name, store, results, threads, tuner, trials, trials_dir, log)
                 if entry is None:
                     continue
                 write_tuned(grid.tuned_file(results), grid.name, size.name, label, entry)
@@ -163,6 +158,81 @@ def tune(
                     + f" (val_loss {entry['val_loss']:.4f}) -> {grid.tuned_file(results)}"
                 )
     alive.unlink(missing_ok=True)
+    return best
+
+
+WIDEN = 4.0  # a range whose best learning rate sits at its edge is extended by this factor on that side
+EDGE = 0.25  # "at the edge": the best is the most extreme value tried and within this share (log lr) of the end
+
+
+def sampler_for(grid: Grid, name: str) -> Any:
+    """Scrambled Sobol points seeded by the study's name: an even cover of the range with the handful of trials a
+    CPU affords (where TPE's random start can cluster), and different points at every size and variant (an
+    unscrambled sequence tried the same 8 values everywhere)."""
+    import zlib
+
+    import optuna
+
+    seed = zlib.crc32(f"{grid.tune.seed}/{name}".encode())
+    return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False)
+
+
+def at_edge(lr: float, tried: list[float], low: float, high: float) -> str | None:
+    """``"low"`` / ``"high"`` when the best ``lr`` is the lowest / highest value ``tried`` and lies within
+    :data:`EDGE` of that end of [low, high] in log space: the loss was still falling towards the edge."""
+    span = math.log(high / low)
+    if lr <= min(tried) and math.log(lr / low) <= EDGE * span:
+        return "low"
+    if lr >= max(tried) and math.log(high / lr) <= EDGE * span:
+        return "high"
+    return None
+
+
+def _tune_one(grid, size, label, name, store, results, threads, tuner, trials, trials_dir, log):
+    """One (size, variant): its study, then, while the best learning rate sits at an edge of the range searched,
+    a study of the range beyond that edge (:data:`WIDEN` times further, at most ``tune.widen`` times, with half
+    the trials); the best of all of them, with the whole range searched and how it was reached."""
+    import optuna
+
+    spec = grid.tune
+    lr_range = search = tuple(spec.lr)  # all searched so far; what the next study searches
+    count = trials or spec.trials
+    best: dict[str, Any] | None = None
+    tried: list[float] = []
+    for widened in range(spec.widen + 1):
+        study_name = name if widened == 0 else f"{name}/wider{widened}"
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=store,
+            direction="minimize",
+            load_if_exists=True,
+            sampler=sampler_for(grid, study_name),
+            pruner=_pruner(grid),
+        )
+        objective = _objective(grid, size, label, results, threads, tuner, search)
+        entry = _run_study(study, objective, count if widened == 0 else max(3, count // 2), trials_dir, spec, log)
+        if entry is not None and (best is None or entry["val_loss"] < best["val_loss"]):
+            best = entry
+        if best is None:
+            return None
+        tried += [t.params["lr"] for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+        side = at_edge(best["lr"], tried, *lr_range)
+        best = {**best, "lr_range": [float(lr_range[0]), float(lr_range[1])], "widened": widened, "lr_at_edge": side}
+        if side is None:
+            return best
+        if widened == spec.widen:
+            log(
+                f"warning: {name}: the best lr {best['lr']:.3g} is still at the {side} edge of the range searched "
+                f"[{lr_range[0]:.3g}, {lr_range[1]:.3g}] after {widened} widening(s); the optimum may lie beyond it"
+            )
+            return best
+        low, high = lr_range
+        search = (low / WIDEN, low) if side == "low" else (high, high * WIDEN)  # only the part not searched yet
+        lr_range = (min(low, search[0]), max(high, search[1]))
+        log(
+            f"warning: {name}: the best lr {best['lr']:.3g} is at the {side} edge of the range searched; widening it "
+            f"to [{lr_range[0]:.3g}, {lr_range[1]:.3g}]"
+        )
     return best
 
 
@@ -186,7 +256,9 @@ def _labels(grid: Grid, size: Size, variants: list[str] | None) -> list[str]:
     return labels
 
 
-def _objective(grid: Grid, size: Size, label: str, results: str | Path, threads: int, tuner: str):
+def _objective(
+    grid: Grid, size: Size, label: str, results: str | Path, threads: int, tuner: str, lr_range: tuple[float, float]
+):
     """Optuna's objective for one (size, variant): train the trial's run (or resume it) and return its val_loss."""
     import optuna
 
@@ -198,7 +270,7 @@ def _objective(grid: Grid, size: Size, label: str, results: str | Path, threads:
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("tuner", tuner)
-        train: dict[str, Any] = {"lr": trial.suggest_float("lr", *spec.lr, log=True)}
+        train: dict[str, Any] = {"lr": trial.suggest_float("lr", *lr_range, log=True)}
         if spec.warmup_frac:
             train["warmup_frac"] = trial.suggest_float("warmup_frac", *spec.warmup_frac)
         if spec.beta2:
@@ -209,7 +281,7 @@ def _objective(grid: Grid, size: Size, label: str, results: str | Path, threads:
         cfg = with_runtime(cfg, threads=threads, progress_bar=False)
         run_dir = run_dir_for(cfg, results)
         trial.set_user_attr("run_id", cfg.run_id)
-        callback = pruning_callback(trial)
+        callback = pruning_callback(trial, no_pruning_before=_warmup_steps(cfg))
         outcome = train_claimed(cfg, run_dir, log_file=run_dir / "train.log", callbacks=[callback])
         if callback.pruned_at is not None:
             raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")

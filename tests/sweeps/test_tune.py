@@ -27,6 +27,7 @@ GRID = {
         "lr": [1e-3, 1e-2],
         "pruner": {"type": "median", "startup_trials": 1},
         "eval_interval": 5,
+        "widen": 0,  # two trials: the best is always near an edge; widening has its own test
     },
 }
 
@@ -145,8 +146,8 @@ from sweeps import load_grid
 make_callback = tune.pruning_callback
 
 
-def dies_at_step_10(trial):
-    callback = make_callback(trial)
+def dies_at_step_10(trial, **kwargs):
+    callback = make_callback(trial, **kwargs)
     report = callback.on_validation_end
 
     def on_validation_end(trainer, module):
@@ -230,3 +231,58 @@ def test_only_the_trials_of_a_tuner_that_is_gone_are_retried(tmp_path):
     ]
     retry = study.ask()  # the enqueued one comes first, with the lost trial's value
     assert retry.user_attrs == {"retry_of": 1} and retry.suggest_float("lr", 1e-3, 1e-2, log=True) == gone.params["lr"]
+
+
+def test_a_best_lr_at_the_edge_widens_the_range_and_the_optimum_beyond_it_is_found(tmp_path, monkeypatch):
+    """A synthetic objective (no training) with its optimum at 2e-2, above the first range [1e-3, 6e-3]."""
+    import math
+
+    import sweeps.tuning as tuning
+
+    seen: dict[str, list[float]] = {}
+
+    def synthetic(grid, size, label, results, threads, tuner, lr_range):
+        def objective(trial):
+            lr = trial.suggest_float("lr", *lr_range, log=True)
+            seen.setdefault(size.name, []).append(lr)
+            return (math.log(lr) - math.log(2e-2)) ** 2
+
+        return objective
+
+    monkeypatch.setattr(tuning, "_objective", synthetic)
+    grid = {**GRID, "ladder": {"depths": [2, 3], "width_per_layer": 16, "head_dim": 16}}
+    grid["tune"] = {**GRID["tune"], "trials": 8, "lr": [1e-3, 6e-3], "widen": 2}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    logs: list[str] = []
+    best = tuning.tune(load_grid(path), tmp_path / "results", variants=["baseline"], threads=1, log=logs.append)
+    for (size, _), entry in best.items():
+        assert entry["widened"] >= 1 and entry["lr_range"][1] >= 2e-2  # widened upwards past the optimum
+        assert abs(math.log(entry["lr"] / 2e-2)) < math.log(1.3)  # and found it within 30 %
+        assert entry["lr_at_edge"] is None
+    assert any("at the high edge of the range searched; widening it" in line for line in logs)
+    sizes = sorted(seen)
+    assert len(sizes) == 2 and set(seen[sizes[0]]).isdisjoint(seen[sizes[1]])  # other points at every size
+
+
+def test_no_trial_is_pruned_before_its_learning_rate_warm_up_ends():
+    from types import SimpleNamespace
+
+    from sweeps.tuning import pruning_callback
+
+    class AlwaysPrune:
+        reported: list = []
+
+        def report(self, value, step):
+            self.reported.append(step)
+
+        def should_prune(self):
+            return True
+
+    callback = pruning_callback(AlwaysPrune(), no_pruning_before=20)
+    module = SimpleNamespace(val_loss=3.0)
+    for step in (10, 19, 20):
+        trainer = SimpleNamespace(sanity_checking=False, global_step=step, should_stop=False)
+        callback.on_validation_end(trainer, module)
+        assert trainer.should_stop == (step >= 20)  # reported at every evaluation, pruned only after warm-up
+    assert AlwaysPrune.reported == [10, 19, 20] and callback.pruned_at == 20
