@@ -65,6 +65,7 @@ from analysis.multiplier import (
 )
 from analysis.select import BUDGET_RTOL, SELECT_METHODS, isoflop_frontier, needs_frontier, select_points
 from analysis.sensitivity import Sensitivity, sweep_sensitivity
+from analysis.throughput import RATIO_HIGH, RATIO_LOW, implausible, read_side_by_side, side_by_side_by_shape
 
 FORMAT = "attnres-fit/1"
 COMPUTE_UNITS = {"flops": 1.0, "pflops_days": PFLOP_S_DAY}
@@ -612,7 +613,7 @@ def _curves_under(prepared: _Prepared, settings: FitSettings) -> list[CurveData]
         return _prepare_sweep(prepared.runs, prepared.sweep, settings).data
 
 
-def _fit_sweep(prepared: _Prepared, settings: FitSettings) -> SweepFit:
+def _fit_sweep(prepared: _Prepared, settings: FitSettings, folders: tuple[Path, ...] = ()) -> SweepFit:
     """Curves, joint fit, multipliers and Chinchilla surfaces of one prepared sweep (the module docstring's
     steps 2-4); every note on the way goes into the sweep's notes."""
     p, notes = prepared, prepared.notes
@@ -622,7 +623,24 @@ def _fit_sweep(prepared: _Prepared, settings: FitSettings) -> SweepFit:
             p.sweep, p.conventions, p.frontier, (), None, (), {}, tuple(notes), p.points, missing_seeds=p.missing_seeds
         )
     fitted = [d.label for d in p.data]
-    study, joint, multipliers = fit_curves(p.data, settings, p.rows, _throughput_by_shape(p.points), notes)
+    entries, source = read_side_by_side(list(folders))
+    if source is not None:
+        throughput = side_by_side_by_shape(p.points, entries)
+        notes.append(f"wall-clock M from throughput measured side by side ({source.name})")
+    else:
+        throughput = _throughput_by_shape(p.points)
+        notes.append(
+            "wall-clock M from the tokens/s each run logged while it trained (at different times, on a machine that "
+            "may have been shared); `attnres sweep throughput GRID` measures the variants side by side"
+        )
+    study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes)
+    for m in multipliers:
+        if implausible(m.throughput_ratio):
+            notes.append(
+                f"{m.variant}: FLOP/s ratio {m.throughput_ratio:.3g} to the baseline is outside "
+                f"[{RATIO_LOW:g}, {RATIO_HIGH:g}] (flagged !): its wall-clock M says more about the machine's load "
+                "than about the model"
+            )
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: _curves_under(p, other))
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     curves = [_curve_result(study, label, p.rows[label], settings, notes) for label in fitted]
@@ -775,6 +793,13 @@ def _joint_fit(study: Study, settings: FitSettings) -> JointPowerLawFit | None:
         draws,
         study.df(joint=True),
     )
+
+
+def _sweep_folders(root: Path, runs: pd.DataFrame) -> tuple[Path, ...]:
+    """The folders holding a sweep's run folders (where ``attnres sweep throughput`` writes its file)."""
+    if "path" not in runs:
+        return ()
+    return tuple(sorted({(Path(root) / str(p)).parent for p in runs["path"]}))
 
 
 def _throughput_by_shape(points: pd.DataFrame) -> dict[tuple[str, int, int], float]:
@@ -1012,7 +1037,7 @@ def fit_results(
     prepared = [_prepare_sweep(runs[runs["sweep"] == name], name, settings) for name in names]
     fitted = tuple(
         replace(
-            _fit_sweep(p, settings),
+            _fit_sweep(p, settings, _sweep_folders(results.root, runs[runs["sweep"] == p.sweep])),
             unreadable=tuple(path.path for path in unreadable if _may_belong(path, p.sweep, results)),
         )
         for p in prepared

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from analysis.bootstrap import Estimate
 from analysis.fit import OFFSET_POWER, POWER
+from analysis.throughput import implausible
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -173,7 +174,7 @@ def multiplier_table(
             "p": number(m.exponent_test.p_value, 2) if has_intervals(settings) else "-",  # a bootstrap p-value
             shared: m.multiplier_shared.text() if m.multiplier_shared is not None else "",
             separate: m.multiplier_unshared.text(),
-            wall: m.wall_clock.text(),
+            wall: m.wall_clock.text() + (" !" if implausible(m.throughput_ratio) else ""),
             runs: f"{m.n_runs_variant}/{m.n_runs_baseline}",
             status: f"{m.baseline_status}/{m.variant_status}/{m.joint_status or '-'}",
         }
@@ -183,7 +184,8 @@ def multiplier_table(
     caption = (
         "M(C) = C_base(L_variant(C)) / C at each variant's largest budget: the headline uses the shared-exponent "
         "fit unless the exponent test says the exponents differ; both are shown. Wall-clock M scales M by the "
-        "measured FLOP/s ratio of the variant to the baseline at the same model size."
+        "measured FLOP/s ratio of the variant to the baseline at the same model size (side by side where "
+        "`attnres sweep throughput` measured it, else the runs' own; ! marks a ratio outside [0.5, 2])."
     )
     return FitTable(header, tuple(rows), title, caption)
 
@@ -202,7 +204,7 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
             b.n_runs_variant,
             b.multiplier.text(),
             "" if b.local is None else b.local.multiplier.text() + (" (fixed alpha)" if b.local.fixed_exponent else ""),
-            b.wall_clock.text(),
+            b.wall_clock.text() + (" !" if implausible(b.throughput_ratio) else ""),
             number(b.throughput_ratio, 3),
         )
         for m in _ordered(sw, order)

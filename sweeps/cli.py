@@ -87,6 +87,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     _grid_arguments(status, optional=True)
     status.set_defaults(func=cmd_status)
 
+    throughput = commands.add_parser(
+        "throughput",
+        help="every variant's training tokens/s at every size, measured side by side (for wall-clock M)",
+        description="Trains every variant of every size a few steps in turn, in one process, and writes the median "
+        "tokens/s to RESULTS/<sweep>/throughput.json, which `attnres fit` and `attnres report` use for the "
+        "wall-clock multiplier instead of the tokens/s of runs that trained at different times. Run it on the kind "
+        "of machine the runs use, with nothing else running. See docs/analysis.md.",
+    )
+    _grid_arguments(throughput)
+    throughput.add_argument("--steps", type=int, default=5, help="steps per variant per round (5)")
+    throughput.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is kept (5)")
+    throughput.set_defaults(func=cmd_throughput)
+
     tune = sub.add_parser(
         "tune",
         help="Optuna search of the learning rate (and optionally warm-up, beta2) per model size",
@@ -128,6 +141,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     parallel = parallelism(grid, args.launcher, len(rows))
     data = [data_summary(c) for c in sorted(grid_data(grid), key=str)]
     print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning, data=data))
+    return 0
+
+
+def cmd_throughput(args: argparse.Namespace) -> int:
+    from attnres.config import ConfigError
+    from sweeps.grid import load_grid
+    from sweeps.throughput import measure, write
+
+    if args.steps < 1 or args.rounds < 1:
+        raise ConfigError(f"--steps and --rounds must be at least 1, got {args.steps} and {args.rounds}")
+    grid = load_grid(args.grid, args.overrides)
+    path = write(args.results, grid, measure(grid, steps=args.steps, rounds=args.rounds))
+    print(f"wrote {path}")
     return 0
 
 

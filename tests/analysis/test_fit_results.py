@@ -163,3 +163,39 @@ def test_bad_settings_are_clear_errors(clean_tree):
     ]:
         with pytest.raises(ValueError, match=match):
             fit_results(clean_tree, **kwargs)
+
+
+def test_wall_clock_m_uses_the_side_by_side_throughput_and_flags_an_implausible_ratio(tmp_path):
+    import json
+
+    from analysis.tables import multiplier_table
+
+    write_synthetic_results(tmp_path, multipliers=TRUTH, tables=False)
+    before = fit_results(tmp_path, n_boot=0).sweep("synthetic")
+    assert any("tokens/s each run logged" in n for n in before.notes)  # the fallback says what it is
+    points = before.points
+    measured = []
+    for row in points[["variant", "n_blocks", "n_layer", "d_model", "flops_per_token"]].drop_duplicates().itertuples():
+        rate = {"baseline": 1e9, "full": 2.5e9, "block": 0.9e9}[row.variant]  # full: 2.5x, implausible
+        measured.append(
+            {
+                "residual": row.variant,
+                "n_blocks": int(row.n_blocks) if row.variant == "block" else None,
+                "n_layer": int(row.n_layer),
+                "d_model": int(row.d_model),
+                "flops_per_s": rate,
+            }
+        )
+    (tmp_path / "synthetic" / "throughput.json").write_text(json.dumps({"measured": measured}))
+    report = fit_results(tmp_path, n_boot=0)
+    sweep = report.sweep("synthetic")
+    m = {v.variant: v for v in sweep.multipliers}
+    table = multiplier_table(sweep, report.settings)
+    wall = table.header.index("wall-clock M")
+    flagged = {row[0]: row[wall].endswith(" !") for row in table.rows}
+    assert flagged == {"block": False, "full": True}
+    assert math.isclose(m["block"].throughput_ratio, 0.9) and math.isclose(m["full"].throughput_ratio, 2.5)
+    assert math.isclose(m["block"].wall_clock.value, m["block"].multiplier.value * 0.9, rel_tol=1e-9)
+    assert any("side by side (throughput.json)" in n for n in sweep.notes)
+    assert any(n.startswith("full: FLOP/s ratio 2.5") and "outside [0.5, 2]" in n for n in sweep.notes)
+    assert not any(n.startswith("block: FLOP/s ratio") for n in sweep.notes)
