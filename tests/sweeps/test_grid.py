@@ -401,16 +401,18 @@ def test_status_names_an_unreadable_run_parquet(tmp_path):
 def test_sweep_throughput_times_every_variant_of_every_size_side_by_side(tmp_path):
     import json
 
-    cmd = [sys.executable, "-m", "attnres.cli", "sweep", "throughput", "smoke", "--results", str(tmp_path)]
-    done = subprocess.run([*cmd, "--steps", "1", "--rounds", "2"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    data = json.loads((tmp_path / "smoke" / "throughput.json").read_text())
+    from sweeps.throughput import measure, write
+
+    grid = load_grid("smoke")
+    data = measure(grid, steps=1, rounds=2, warmup=1, log=lambda _: None)
     assert "interleaved" in data["method"] and data["device"] == "cpu"
     entries = {(e["residual"], e["n_blocks"]): e for e in data["measured"]}
     assert set(entries) == {("baseline", None), ("full", None), ("block", 2)}
-    assert all(
-        e["tokens_per_s"] > 0 and e["flops_per_s"] > e["tokens_per_s"] and len(e["rounds"]) == 2
-        for e in entries.values()
-    )
+    assert all(e["tokens_per_s"] > 0 and e["flops_per_s"] > e["tokens_per_s"] for e in entries.values())
+    assert all(len(e["rounds"]) == 2 for e in entries.values())
+    cmd = [sys.executable, "-m", "attnres.cli", "sweep", "throughput", "smoke", "--results", str(tmp_path)]
     bad = subprocess.run([*cmd, "--steps", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--steps and --rounds must be at least 1" in bad.stderr
+    assert not (tmp_path / "smoke" / "throughput.json").exists()  # a bad argument measured and wrote nothing
+    path = write(tmp_path, grid, data)
+    assert path == tmp_path / "smoke" / "throughput.json" and json.loads(path.read_text()) == data
