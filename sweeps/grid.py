@@ -138,6 +138,7 @@ class TuneSpec:
     seed: int = 0
     file: str | None = None
     widen: int = 2  # times the lr range may be widened when the best value sits at its edge (0: never)
+    finalists: int = 2  # best trials trained again with a second seed; the mean picks the winner (0: none)
 
     @property
     def searched(self) -> tuple[str, ...]:
@@ -500,7 +501,8 @@ def _parse_range(value: Any, where: str) -> tuple[float, float] | None:
 
 def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
     keys = (
-        "budget", "trials", "lr", "warmup_frac", "beta2", "pruner", "variants", "eval_interval", "seed", "file", "widen"
+        "budget", "trials", "lr", "warmup_frac", "beta2", "pruner", "variants", "eval_interval", "seed", "file",
+        "widen", "finalists",
     )  # fmt: skip
     _check_keys(data, keys, "tune.")
     kwargs: dict[str, Any] = {}
@@ -539,6 +541,8 @@ def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
         kwargs["seed"] = _integer(data["seed"], "tune.seed", minimum=0)
     if "widen" in data:
         kwargs["widen"] = _integer(data["widen"], "tune.widen", minimum=0)
+    if "finalists" in data:
+        kwargs["finalists"] = _integer(data["finalists"], "tune.finalists", minimum=0)
     if data.get("file"):
         kwargs["file"] = str(data["file"])
     return TuneSpec(**kwargs)

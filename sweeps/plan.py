@@ -117,7 +117,8 @@ def tuning_plan(
     grid: Grid, results: str | Path | None = None, launcher: str = "local", flops_per_s: float | None = None
 ) -> list[PlanRow]:
     """The trials ``attnres tune`` trains before a grid with ``lr: tuned`` can run (none once it has run): for
-    every size and tuned variant, ``tune.trials`` runs at ``tune.budget`` (pruned trials stop earlier)."""
+    every size and tuned variant, ``tune.trials`` runs at ``tune.budget`` plus ``tune.finalists`` runs with a
+    second seed (pruned trials stop earlier; a widened range adds half as many again, not counted)."""
     from sweeps.grid import make_run, variant_labels
 
     if not isinstance(grid.lr, str) or grid.tune.budget is None:
@@ -131,7 +132,7 @@ def tuning_plan(
             cfg = make_run(grid, size, label, grid.tune.budget, grid.seeds[0], sweep=grid.tune_sweep)
             runs.append(PlannedRun(cfg, size, label, grid.tune.budget, {}, to_be_tuned=True))
     rows = plan_rows(runs, measured_rates(results, grid.tune_sweep), None, launcher, flops_per_s)
-    return [row for row in rows for _ in range(grid.tune.trials)]  # every trial of a study costs the same
+    return [row for row in rows for _ in range(grid.tune.trials + grid.tune.finalists)]  # every trial costs the same
 
 
 @dataclass(frozen=True)
@@ -316,8 +317,9 @@ def format_plan(
     if tuning:
         tune_s = sum(r.est_s for r in tuning) / max(1, parallel)
         lines.append(
-            f"tuning first: {len(tuning)} trial runs ({grid.tune.trials} per size and tuned variant, "
-            f"{grid.tune.budget.label}, at most; pruned trials stop early), estimated {human_time(tune_s)}"
+            f"tuning first: {len(tuning)} trial runs ({grid.tune.trials} + {grid.tune.finalists} finalists per size "
+            f"and tuned variant, {grid.tune.budget.label}, at most; pruned trials stop early), estimated "
+            f"{human_time(tune_s)}"
         )
     return "\n".join(lines)
 

@@ -147,6 +147,9 @@ def tune(
             for label in _labels(grid, size, variants):
                 name = f"{grid.name}/{size.name}/{label}"
                 entry = _tune_one(grid, size, label, name, store, results, threads, tuner, trials, trials_dir, log)
+                entry = _confirm_finalists(
+                    grid, size, label, name, store, results, threads, tuner, trials_dir, log, entry
+                )
                 if entry is None:
                     continue
                 write_tuned(grid.tuned_file(results), grid.name, size.name, label, entry)
@@ -236,6 +239,47 @@ def _tune_one(grid, size, label, name, store, results, threads, tuner, trials, t
     return best
 
 
+def _confirm_finalists(grid, size, label, name, store, results, threads, tuner, trials_dir, log, best):
+    """The ``tune.finalists`` best trials of the search trained again with a second seed (study
+    ``<name>/finalists``, enqueued, never pruned), and the winner chosen by the mean over both seeds: one seed's
+    luck does not pick the learning rate. The entry records each finalist's losses."""
+    import optuna
+
+    spec = grid.tune
+    if best is None or spec.finalists < 1:
+        return best
+    names = [name] + [f"{name}/wider{k}" for k in range(1, int(best.get("widened", 0)) + 1)]
+    complete = (optuna.trial.TrialState.COMPLETE,)
+    searched = [t for n in names for t in optuna.load_study(study_name=n, storage=store).get_trials(states=complete)]
+    finalists = sorted(searched, key=lambda t: t.value)[: spec.finalists]
+    second = next((s for s in grid.seeds if s != grid.seeds[0]), grid.seeds[0] + 1)
+    study = optuna.create_study(
+        study_name=f"{name}/finalists",
+        storage=store,
+        direction="minimize",
+        load_if_exists=True,
+        pruner=optuna.pruners.NopPruner(),
+    )
+    for t in finalists:
+        study.enqueue_trial(t.params, user_attrs={"seed": second}, skip_if_exists=True)
+    objective = _objective(grid, size, label, results, threads, tuner, tuple(best["lr_range"]))
+    log(f"{name}: the {len(finalists)} best value(s) again with seed {second}")
+    _run_study(study, objective, len(finalists), trials_dir, spec, log)
+    again = {t.params["lr"]: t.value for t in study.get_trials(states=complete)}
+    scored = [(t, [t.value, again[t.params["lr"]]]) for t in finalists if t.params["lr"] in again]
+    if not scored:
+        return best
+    winner, losses = min(scored, key=lambda pair: sum(pair[1]) / 2)
+    return {
+        **best,
+        **{k: float(v) for k, v in winner.params.items()},
+        "val_loss": sum(losses) / 2,
+        "run_id": winner.user_attrs.get("run_id"),
+        "finalists": [{"lr": float(t.params["lr"]), "val_loss": [float(x) for x in l]} for t, l in scored],
+        "seeds": [grid.seeds[0], second],
+    }
+
+
 def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:
     chosen = [s for s in grid.sizes if not sizes or s.name in sizes]
     if sizes and len(chosen) != len(set(sizes)):
@@ -270,6 +314,7 @@ def _objective(
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("tuner", tuner)
+        seed = int(trial.user_attrs.get("seed", grid.seeds[0]))  # a finalist's second seed (_confirm_finalists)
         train: dict[str, Any] = {"lr": trial.suggest_float("lr", *lr_range, log=True)}
         if spec.warmup_frac:
             train["warmup_frac"] = trial.suggest_float("warmup_frac", *spec.warmup_frac)
@@ -277,7 +322,7 @@ def _objective(
             train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
         if spec.eval_interval:
             train["eval_interval"] = spec.eval_interval
-        cfg = make_run(grid, size, label, spec.budget, grid.seeds[0], sweep=grid.tune_sweep, train=train)
+        cfg = make_run(grid, size, label, spec.budget, seed, sweep=grid.tune_sweep, train=train)
         cfg = with_runtime(cfg, threads=threads, progress_bar=False)
         run_dir = run_dir_for(cfg, results)
         trial.set_user_attr("run_id", cfg.run_id)

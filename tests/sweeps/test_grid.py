@@ -343,14 +343,14 @@ def test_a_plan_before_tuning_shows_the_runs_to_be_tuned_and_the_tuning(tmp_path
     out = cli("sweep", "plan", str(write(tmp_path, data)), "--results", str(tmp_path / "res"))
     assert out.returncode == 0, out.stderr
     assert "baseline-L2-d32-s0-?" in out.stdout and " tuned " in out.stdout
-    assert "tuning first: 3 trial runs" in out.stdout and "attnres tune" in out.stdout
+    assert "tuning first: 5 trial runs (3 + 2 finalists" in out.stdout and "attnres tune" in out.stdout
     assert not (tmp_path / "res").exists()
 
 
 def test_the_shipped_study_plans_on_a_fresh_clone(tmp_path):
     out = cli("sweep", "plan", "cpu_small", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "40 runs" in out.stdout and "tuning first: 40 trial runs" in out.stdout
+    assert "40 runs" in out.stdout and "tuning first: 50 trial runs" in out.stdout
     assert "attnres tune cpu_small --results RESULTS" in out.stdout  # a shipped grid by its name, not its path
 
 

@@ -28,6 +28,7 @@ GRID = {
         "pruner": {"type": "median", "startup_trials": 1},
         "eval_interval": 5,
         "widen": 0,  # two trials: the best is always near an edge; widening has its own test
+        "finalists": 0,  # and so do the finalists (a second seed), which would double these small studies
     },
 }
 
@@ -251,7 +252,7 @@ def test_a_best_lr_at_the_edge_widens_the_range_and_the_optimum_beyond_it_is_fou
 
     monkeypatch.setattr(tuning, "_objective", synthetic)
     grid = {**GRID, "ladder": {"depths": [2, 3], "width_per_layer": 16, "head_dim": 16}}
-    grid["tune"] = {**GRID["tune"], "trials": 8, "lr": [1e-3, 6e-3], "widen": 2}
+    grid["tune"] = {**GRID["tune"], "trials": 8, "lr": [1e-3, 6e-3], "widen": 2, "finalists": 0}
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(grid))
     logs: list[str] = []
@@ -286,3 +287,37 @@ def test_no_trial_is_pruned_before_its_learning_rate_warm_up_ends():
         callback.on_validation_end(trainer, module)
         assert trainer.should_stop == (step >= 20)  # reported at every evaluation, pruned only after warm-up
     assert AlwaysPrune.reported == [10, 19, 20] and callback.pruned_at == 20
+
+
+def test_the_finalists_are_trained_again_with_a_second_seed_and_the_mean_picks_the_winner(tmp_path, monkeypatch):
+    """Synthetic: with seed 0 the largest lr tried wins; seed 1 penalises large rates twice as hard, so over both
+    seeds the runner-up wins."""
+    import sweeps.tuning as tuning
+
+    calls: list[tuple[float, int]] = []
+
+    def synthetic(grid, size, label, results, threads, tuner, lr_range):
+        def objective(trial):
+            lr = trial.suggest_float("lr", *lr_range, log=True)
+            seed = int(trial.user_attrs.get("seed", 0))
+            calls.append((lr, seed))
+            return -lr if seed == 0 else 2 * lr
+
+        return objective
+
+    monkeypatch.setattr(tuning, "_objective", synthetic)
+    grid = {**GRID, "seeds": [0, 1]}
+    grid["tune"] = {**GRID["tune"], "trials": 6, "lr": [1e-3, 1e-2], "widen": 0, "finalists": 2}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    logs: list[str] = []
+    (entry,) = tuning.tune(load_grid(path), tmp_path / "results", threads=1, log=logs.append).values()
+    searched = sorted(lr for lr, seed in calls if seed == 0)
+    assert sorted(lr for lr, seed in calls if seed == 1) == searched[-2:]  # the two best, again with seed 1
+    assert entry["lr"] == searched[-2]  # not the search's winner, searched[-1]: the mean over seeds decides
+    assert entry["val_loss"] == searched[-2] / 2 and entry["seeds"] == [0, 1]
+    assert sorted(f["lr"] for f in entry["finalists"]) == searched[-2:]
+    assert any("again with seed 1" in line for line in logs)
+    before = len(calls)  # running tune again trains nothing more: the finalists' study is full
+    tuning.tune(load_grid(path), tmp_path / "results", threads=1, log=lambda _: None)
+    assert len(calls) == before
