@@ -36,7 +36,7 @@ from attnres.config import (
     load_yaml,
     unknown_key,
 )
-from attnres.costs import count_params
+from attnres.costs import count_params, run_budget
 from attnres.data.corpus import with_data_vocab
 from attnres.variants import Variant
 
@@ -632,9 +632,27 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
                                 cfg = with_data_vocab(from_dict(RunConfig, data))
                             except ConfigError as err:
                                 raise ConfigError(f"{where}: {err}") from None
+                            _check_flop_budget(cfg, budget, size, where)
                             runs.append(PlannedRun(cfg, size, label, budget, merge_resources(grid.slurm, size.slurm)))
     _check_duplicates(runs)
     return runs
+
+
+FLOP_BUDGET_SLACK = 0.1  # whole steps may overshoot a FLOP budget by at most this fraction
+
+
+def _check_flop_budget(cfg: RunConfig, budget: BudgetSpec, size: Size, where: str) -> None:
+    """A FLOP budget (an IsoFLOP grid's) that a size cannot meet: its whole steps would overshoot it by more than
+    :data:`FLOP_BUDGET_SLACK` (a budget below a few steps of that size), so the run would sit at another compute."""
+    if budget.kind != "flops":
+        return
+    got = run_budget(cfg)
+    if got.flops > (1 + FLOP_BUDGET_SLACK) * budget.value:
+        raise ConfigError(
+            f"{where}: the budget {budget.value:.3g} FLOPs is less than a few steps of size {size.name} (one step of "
+            f"{cfg.train.batch_size} sequences is {got.flops / got.steps:.3g} FLOPs; {got.steps} step(s) would train "
+            f"{got.flops:.3g}); raise the budget, or give that size its own budgets (budgets: under the size)"
+        )
 
 
 def _default_n_blocks(grid: Grid) -> int:

@@ -416,3 +416,17 @@ def test_sweep_throughput_times_every_variant_of_every_size_side_by_side(tmp_pat
     assert not (tmp_path / "smoke" / "throughput.json").exists()  # a bad argument measured and wrote nothing
     path = write(tmp_path, grid, data)
     assert path == tmp_path / "smoke" / "throughput.json" and json.loads(path.read_text()) == data
+
+
+def test_an_isoflop_budget_a_size_cannot_meet_is_one_clear_error(tmp_path):
+    grid = yaml.safe_load((GRID_DIR / "smoke.yaml").read_text())
+    grid.update(name="iso", budgets=[{"flops": [1e9, 3e12]}], variants=["baseline"])
+    grid["ladder"] = {"depths": [2, 3], "width_per_layer": 16, "head_dim": 16}
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    with pytest.raises(ConfigError, match=r"size L3-d48.*budget 1e\+09 FLOPs is less than a few steps of size L3-d48"):
+        expand(load_grid(path))
+    grid["budgets"] = [{"flops": [1e11, 3e12]}]  # every size meets both: an IsoFLOP grid, two sizes per budget
+    path.write_text(yaml.safe_dump(grid))
+    runs = expand(load_grid(path))
+    assert len(runs) == 4 and len({r.train.flops for r in runs}) == 2
