@@ -28,8 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnres.data.prepare import MANIFEST, unit_record_path  # noqa: E402
-from attnres.data.shards import HEADER_BYTES  # noqa: E402
+from attnres.data.prepare import MANIFEST, unit_tokens_in_order  # noqa: E402
 from attnres.data.sources import source_files  # noqa: E402
 from attnres.data.tokenizer import bytes_tokenizer, load_tokenizer_file  # noqa: E402
 
@@ -80,20 +79,6 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def file_tokens(out: Path, manifest: dict, unit: int) -> np.ndarray:
-    """A unit's tokens in source order (its validation pieces put back where the split took them out)."""
-    record = json.loads(unit_record_path(out, unit).read_text())
-    dtype = np.dtype(manifest["dtype"])
-    train = np.fromfile(out / f"train-{unit:05d}.bin", dtype=dtype, offset=HEADER_BYTES)
-    val = np.fromfile(out / f"val-{unit:05d}.bin", dtype=dtype, offset=HEADER_BYTES)
-    parts, at = [], 0
-    for _, start, n, train_pos in record["val_pieces"]:
-        parts += [train[at:train_pos], val[start : start + n]]
-        at = train_pos
-    parts.append(train[at:])
-    return np.concatenate(parts)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=2.0)
@@ -140,7 +125,7 @@ def main() -> int:
         for path in check:
             unit = files.index(path)
             whole = np.append(tokenizer.encode_text(path.read_text()), tokenizer.eot_id)
-            same = np.array_equal(file_tokens(out, manifest, unit).astype(np.int64), whole.astype(np.int64))
+            same = np.array_equal(unit_tokens_in_order(out, unit).astype(np.int64), whole.astype(np.int64))
             print(f"  {path.name}: {len(whole):,} tokens, equal to one-go tokenization: {same}")
             if not same:
                 return 1

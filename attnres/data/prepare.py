@@ -39,7 +39,7 @@ import numpy as np
 
 from attnres.data import sources
 from attnres.data.errors import DataError
-from attnres.data.shards import ShardWriter, read_header
+from attnres.data.shards import ShardWriter, read_header, read_tokens
 from attnres.data.tokenizer import Tokenizer, builtin_tokenizer, load_tokenizer_file, parse_spec, train_bpe
 from attnres.storage import locks
 from attnres.storage.schema import atomic_write_bytes
@@ -213,6 +213,20 @@ def prepare_unit(
     }
     atomic_write_bytes(unit_record_path(out, index), json.dumps(record).encode())
     return record
+
+
+def unit_tokens_in_order(out: Path, index: int) -> np.ndarray:
+    """A unit's tokens in source order: its validation pieces put back where the split took them out (what the
+    checks compare with tokenizing the unit's text in one go)."""
+    record = json.loads(unit_record_path(out, index).read_text())
+    dtype = np.dtype(json.loads((out / MANIFEST).read_text())["dtype"])
+    train, val = (read_tokens(out / f"{split}-{_unit_stem(index)}.bin", dtype) for split in SPLITS)
+    parts, at = [], 0
+    for _, start, n, train_pos in record["val_pieces"]:
+        parts += [train[at:train_pos], val[start : start + n]]
+        at = train_pos
+    parts.append(train[at:])
+    return np.concatenate(parts)
 
 
 def _unit_done(out: Path, index: int, tokenizer_hash: str) -> dict[str, Any] | None:

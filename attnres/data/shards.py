@@ -90,6 +90,12 @@ def open_shard(path: Path, dtype: np.dtype, tokenizer_hash: str, tokens: int | N
     return np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,))
 
 
+def read_tokens(path: Path, dtype: np.dtype) -> np.ndarray:
+    """A shard's tokens as a memory map, header checked but not compared with a manifest."""
+    _, count, _ = read_header(path)
+    return np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)) if count else np.zeros(0, dtype)
+
+
 class TokenStream:
     """Several shards read as one array: ``len()`` and contiguous slices ``[a:b]`` that may span shards."""
 

@@ -19,8 +19,7 @@ import pytest
 from attnres.config import DataConfig
 from attnres.data.corpus import load_corpus
 from attnres.data.errors import DataError
-from attnres.data.prepare import MANIFEST, PrepareSpec, prepare, unit_record_path
-from attnres.data.shards import HEADER_BYTES
+from attnres.data.prepare import MANIFEST, PrepareSpec, prepare, unit_tokens_in_order
 from attnres.data.tokenizer import load_tokenizer_file
 
 WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()
@@ -80,21 +79,6 @@ def test_every_source_format_gives_its_text_and_one_end_of_text_per_document(tmp
     assert (tokens == 0).sum() == len(texts)  # byte 0 is the end-of-text token
 
 
-def reassemble(folder: Path, unit: int) -> np.ndarray:
-    """A unit's tokens in source order: its validation pieces put back where the split took them out."""
-    record = json.loads(unit_record_path(folder, unit).read_text())
-    stem = f"{unit:05d}"
-    dtype = np.dtype(json.loads((folder / MANIFEST).read_text())["dtype"])
-    train = np.fromfile(folder / f"train-{stem}.bin", dtype=dtype, offset=HEADER_BYTES)
-    val = np.fromfile(folder / f"val-{stem}.bin", dtype=dtype, offset=HEADER_BYTES)
-    parts, at = [], 0
-    for _, start, n, train_pos in record["val_pieces"]:
-        parts += [train[at:train_pos], val[start : start + n]]
-        at = train_pos
-    parts.append(train[at:])
-    return np.concatenate(parts)
-
-
 def test_bpe_tokens_equal_one_go_tokenization_and_workers_change_nothing(tmp_path):
     src = corpus_folder(tmp_path / "src", n_files=4, n_words=15_000)
     biggest = max(p.stat().st_size for p in src.iterdir())  # one unit per file: not cut, not grouped
@@ -107,7 +91,7 @@ def test_bpe_tokens_equal_one_go_tokenization_and_workers_change_nothing(tmp_pat
     tokenizer = load_tokenizer_file(one / "tokenizer.json")
     for unit, path in enumerate(sorted(src.iterdir())):
         whole = tokenizer.encode_text(path.read_text()).tolist() + [tokenizer.eot_id]
-        assert reassemble(one, unit).tolist() == whole
+        assert unit_tokens_in_order(one, unit).tolist() == whole
     bpt = manifest["splits"]["val"]["bytes"] / manifest["splits"]["val"]["tokens"]
     assert 1.5 < bpt < 6  # BPE merges: several bytes per token
 
