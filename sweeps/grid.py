@@ -43,7 +43,7 @@ from attnres.variants import Variant
 GRID_DIR = Path(__file__).resolve().parent
 TOP_KEYS = ("name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune")
 BUDGET_KINDS = ("tokens_per_param", "tokens", "flops")
-TUNED = ("tuned", "tuned-baseline")
+TUNED = ("tuned", "tuned-baseline", "tuned-per-variant")  # the tuning protocols (sweeps/tuned_values.py)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ class Grid:
     budgets: tuple[BudgetSpec, ...]
     variants: tuple[VariantSpec, ...]
     seeds: tuple[int, ...]
-    lr: tuple[float, ...] | Literal["tuned", "tuned-baseline"] | None
+    lr: tuple[float, ...] | Literal["tuned", "tuned-baseline", "tuned-per-variant"] | None
     slurm: Mapping[str, Any]
     tune: TuneSpec
     overrides: tuple[str, ...] = ()
@@ -178,7 +178,8 @@ class Grid:
     def tune_command(self, results: str | Path) -> str:
         """The ``attnres tune`` command that writes :meth:`tuned_file` under ``results``."""
         shipped = self.path is not None and self.path.resolve().parent == GRID_DIR
-        return f"attnres tune {self.name if shipped or self.path is None else self.path} --results {results}"
+        every = " --variants all" if self.lr == "tuned-per-variant" else ""
+        return f"attnres tune {self.name if shipped or self.path is None else self.path} --results {results}{every}"
 
 
 @dataclass(frozen=True)
@@ -481,6 +482,12 @@ def _parse_lr(value: Any) -> tuple[float, ...] | str | None:
         return None
     if isinstance(value, str) and value.strip().lower() in TUNED:
         return value.strip().lower()
+    if isinstance(value, str) and value.strip().lower().startswith("tuned"):
+        raise ConfigError(
+            f"lr: {value!r} is not a tuning protocol; choose tuned-baseline (the paper's: every variant at the "
+            "baseline's tuned values), tuned-per-variant (every variant tuned on its own, the same trials each) or "
+            "tuned (a variant's own values where it was tuned, else the baseline's)"
+        )
     values = tuple(_number(v, "lr") for v in _as_list(value))
     if not values:
         raise ConfigError("lr is empty: give a value, a list, or tuned")
@@ -619,7 +626,13 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
                     if isinstance(grid.lr, str):
                         lrs: tuple[float | None, ...] = (None,)
                         if tuned is not None:
-                            extra = tuned_values(tuned, size.name, label, baseline_only=grid.lr == "tuned-baseline")
+                            extra = tuned_values(
+                                tuned,
+                                size.name,
+                                label,
+                                baseline_only=grid.lr == "tuned-baseline",
+                                own_only=grid.lr == "tuned-per-variant",
+                            )
                     else:
                         lrs = grid.lr or (None,)
                     for lr in lrs:

@@ -10,8 +10,9 @@ One YAML file per tuned grid, by default ``RESULTS/<sweep>-tune/tuned.yaml``::
 
 ``lr: tuned`` uses a variant's own values when it was tuned, else the baseline's of the same size (the paper's
 protocol: every variant of a size shares the baseline's tuned hyper-parameters); ``lr: tuned-baseline`` always
-uses the baseline's. The searched fields (lr, and warmup_frac / beta2 when searched) are applied to the runs.
-No torch, no optuna.
+uses the baseline's; ``lr: tuned-per-variant`` only a variant's own (every variant tuned with the same trials:
+``attnres tune GRID --variants all``, its default for such a grid). The searched fields (lr, and warmup_frac /
+beta2 when searched) are applied to the runs. No torch, no optuna.
 """
 
 from __future__ import annotations
@@ -49,13 +50,17 @@ def read_tuned(path: Path, lr: str, command: str) -> dict[str, Any]:
     return {**data, "_path": str(path), "_hint": hint}
 
 
-def tuned_values(tuned: Mapping[str, Any], size: str, variant: str, baseline_only: bool = False) -> dict[str, float]:
-    """The train.* values for (size, variant): the variant's own entry, else the baseline's."""
+def tuned_values(
+    tuned: Mapping[str, Any], size: str, variant: str, baseline_only: bool = False, own_only: bool = False
+) -> dict[str, float]:
+    """The train.* values for (size, variant): the variant's own entry, else the baseline's (``baseline_only``:
+    always the baseline's; ``own_only``: only its own, the per-variant protocol)."""
     entries = (tuned.get("sizes") or {}).get(size) or {}
     entry = None if baseline_only else entries.get(variant)
-    entry = entry or entries.get("baseline")
+    if not own_only:
+        entry = entry or entries.get("baseline")
     if not entry:
-        which = "baseline" if baseline_only else f"{variant} or baseline"
+        which = "baseline" if baseline_only else variant if own_only else f"{variant} or baseline"
         raise ConfigError(
             f"lr: tuned, but {tuned.get('_path', 'the tuned file')} has no value for size {size} (variant {which}); "
             f"{tuned.get('_hint', 'run attnres tune first')}"

@@ -293,6 +293,8 @@ def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:
 def _labels(grid: Grid, size: Size, variants: list[str] | None) -> list[str]:
     """The variant labels to tune at ``size``: those asked for (``all``: every variant of the grid)."""
     known = variant_labels(grid, size)
+    if variants is None and grid.lr == "tuned-per-variant":
+        variants = ["all"]  # the per-variant protocol: every variant, the same trials each
     labels = known if variants == ["all"] else list(variants or grid.tune.variants)
     for label in labels:
         if label != "baseline" and label not in known:

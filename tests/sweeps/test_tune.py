@@ -321,3 +321,21 @@ def test_the_finalists_are_trained_again_with_a_second_seed_and_the_mean_picks_t
     before = len(calls)  # running tune again trains nothing more: the finalists' study is full
     tuning.tune(load_grid(path), tmp_path / "results", threads=1, log=lambda _: None)
     assert len(calls) == before
+
+
+def test_the_per_variant_protocol_needs_every_variants_own_values_and_an_unknown_protocol_is_refused(tuned, tmp_path):
+    grid_file, results, _ = tuned  # tuned baseline and full, not block2
+    data = {**yaml.safe_load(grid_file.read_text()), "lr": "tuned-per-variant"}
+    path = tmp_path / "tinytune.yaml"
+    path.write_text(yaml.safe_dump(data))
+    grid = load_grid(path)
+    assert grid.tune_command("R").endswith("--variants all")  # tune every variant, the same trials each
+    with pytest.raises(ConfigError, match=r"no value for size L2-d32 \(variant block2\)"):
+        expand(grid, results=results)
+    from sweeps.tuning import _labels
+
+    assert _labels(grid, grid.sizes[0], None) == ["baseline", "full", "block2"]
+    data["lr"] = "tuned-everything"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"not a tuning protocol; choose tuned-baseline .* tuned-per-variant"):
+        load_grid(path)
