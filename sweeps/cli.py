@@ -122,8 +122,52 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Optuna storage: an RDB URL (postgresql://..., sqlite:///...) or a journal file "
         "(default: RESULTS/<sweep>-tune/optuna.journal)",
     )
-    tune.add_argument("--threads", type=int, help="torch threads (default: all CPU cores)")
+    tune.add_argument("--threads", type=int, help="torch threads (default: all CPU cores; SLURM: the grid's cpus)")
+    tune.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: tune here; slurm: --workers tuners as a job array sharing the storage (default: local)",
+    )
+    tune.add_argument("--workers", type=int, default=2, help="SLURM: tuners to submit (default 2)")
+    tune.add_argument("--wait", action="store_true", help="SLURM: wait until the tuners have finished")
+    tune.add_argument("--poll", type=float, default=10.0, help="SLURM: seconds between checks with --wait")
     tune.set_defaults(func=cmd_tune)
+
+
+def _tune_on_slurm(grid, args: argparse.Namespace) -> int:
+    """Submit the tuners; with --wait, wait for them and report the tuned file."""
+    import time
+
+    from attnres.config import ConfigError
+    from sweeps.slurm import job_alive, squeue_states, submit_tuners
+    from sweeps.tuned_values import read_tuned
+    from sweeps.tuning import _chosen_sizes
+
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    if grid.tune.budget is None:
+        raise ConfigError(f"{grid.label}: tune.budget is missing; add e.g. tune: {{budget: {{tokens_per_param: 2}}}}")
+    _chosen_sizes(grid, args.sizes)  # an unknown size fails here, not in every job
+    options = {"variants": args.variants, "sizes": args.sizes, "trials": args.trials, "storage": args.storage}
+    options["threads"] = args.threads
+    jobs = submit_tuners(grid, args.results, args.workers, options)
+    if not args.wait:
+        print(f"the tuners write {grid.tuned_file(args.results)}; follow them with squeue, or run this with --wait")
+        return 0
+    while True:
+        states = squeue_states() or {}
+        if not any(job_alive(states.get(j)) for j in jobs):
+            break
+        time.sleep(args.poll)
+    path = grid.tuned_file(args.results)
+    if not path.is_file():
+        print(f"the tuners finished without writing {path}; their logs are in {path.parent / '.submitit'}")
+        return 1
+    tuned = read_tuned(path, str(grid.lr), grid.tune_command(args.results))
+    pairs = sum(len(v) for v in (tuned.get("sizes") or {}).values())
+    print(f"tuned {pairs} (size, variant) pair(s) -> {path}")
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -223,6 +267,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from sweeps.tuning import tune
 
     grid = load_grid(args.grid, args.overrides)
+    if args.launcher == "slurm":
+        return _tune_on_slurm(grid, args)
     best = tune(
         grid,
         args.results,

@@ -221,6 +221,34 @@ def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def tune_task(grid: Any, results: str, options: dict[str, Any]) -> int:
+    """The job function of a tuning array task: one tuner, the same as ``attnres tune`` on a login node, sharing the
+    Optuna storage with the other tasks (its trials are ordinary runs, claimed and resumable as any)."""
+    from sweeps.tuning import tune
+
+    return len(tune(grid, results, **options))
+
+
+def submit_tuners(grid: Any, results: str | Path, workers: int, options: dict[str, Any], log=print) -> list[str]:
+    """``workers`` tuners as one job array with the grid's SLURM resources; their job ids."""
+    if not slurm_available():
+        raise ConfigError("--launcher slurm needs sbatch and squeue on PATH (a cluster login node), or use local")
+    try:
+        import submitit
+    except ModuleNotFoundError:
+        raise ConfigError("the SLURM launcher needs submitit: pip install -e '.[slurm]'") from None
+    res = resources(merge_resources(grid.slurm, grid.sizes[0].slurm if grid.sizes else {}))
+    folder = Path(results).resolve() / grid.tune_sweep / SUBMITIT_DIR
+    executor = _executor(submitit, folder, res, grid.tune_sweep)
+    options = {**options, "threads": options.get("threads") or res.cpus_per_task}
+    jobs = executor.map_array(
+        tune_task, [grid] * workers, [str(Path(results).resolve())] * workers, [options] * workers
+    )
+    ids = [str(j.job_id) for j in jobs]
+    log(f"submitted {workers} tuner(s) as job array {ids[0].split('_')[0]} ({res.cpus_per_task} CPU(s) each)")
+    return ids
+
+
 def slurm_available() -> bool:
     return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
 
@@ -303,6 +331,41 @@ def slurm_groups(planned: list) -> list[tuple[SlurmResources, list, list[RunConf
     return list(groups.values())
 
 
+def _executor(submitit: Any, folder: Path, res: SlurmResources, name: str) -> Any:
+    """A submitit executor with a run's resources (one per array task): what sweep runs and tuners share."""
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_python=res.python)
+    params: dict[str, Any] = {
+        "name": name,
+        "timeout_min": res.time_min,
+        "nodes": res.nodes,
+        "tasks_per_node": res.tasks,
+        "cpus_per_task": res.cpus_per_task,
+        "slurm_array_parallelism": res.array_parallelism,
+        "slurm_signal_delay_s": res.signal_delay_s,
+        # the time-limit warning goes to sweeps.requeue's SIGUSR1 handler (submitit's default, USR2, is for its
+        # own mechanism)
+        "slurm_additional_parameters": {
+            "signal": f"USR1@{res.signal_delay_s}",
+            "requeue": True,
+            **({"mem": "0"} if res.mem_gb == 0 else {}),  # --mem=0: all of the node's memory
+            **dict(res.additional),
+        },
+    }
+    optional = {
+        "gpus_per_node": res.gpus_per_node or None,
+        "mem_gb": res.mem_gb or None,
+        "slurm_partition": res.partition,
+        "slurm_account": res.account,
+        "slurm_qos": res.qos,
+        "slurm_constraint": res.constraint,
+        "slurm_exclusive": True if res.exclusive else None,
+        "slurm_setup": list(res.setup) or None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    executor.update_parameters(**params)
+    return executor
+
+
 def submit(planned: list, results: str | Path, sweep: str, log: Callable[[str], None] = print) -> list[tuple[Any, str]]:
     """Submit planned runs (:class:`sweeps.grid.PlannedRun`) as job arrays; return (run, job id) pairs."""
     groups = slurm_groups(planned)  # validate everything before the first sbatch
@@ -322,36 +385,7 @@ def submit(planned: list, results: str | Path, sweep: str, log: Callable[[str], 
     submitted: list[tuple[Any, str]] = []
     for res, runs, cfgs in groups:
         dirs = [str(run_dir_for(cfg, results).resolve()) for cfg in cfgs]
-        executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_python=res.python)
-        params: dict[str, Any] = {
-            "name": sweep,
-            "timeout_min": res.time_min,
-            "nodes": res.nodes,
-            "tasks_per_node": res.tasks,
-            "cpus_per_task": res.cpus_per_task,
-            "slurm_array_parallelism": res.array_parallelism,
-            "slurm_signal_delay_s": res.signal_delay_s,
-            # the time-limit warning goes to sweeps.requeue's SIGUSR1 handler (submitit's default, USR2, is for its
-            # own mechanism)
-            "slurm_additional_parameters": {
-                "signal": f"USR1@{res.signal_delay_s}",
-                "requeue": True,
-                **({"mem": "0"} if res.mem_gb == 0 else {}),  # --mem=0: all of the node's memory
-                **dict(res.additional),
-            },
-        }
-        optional = {
-            "gpus_per_node": res.gpus_per_node or None,
-            "mem_gb": res.mem_gb or None,
-            "slurm_partition": res.partition,
-            "slurm_account": res.account,
-            "slurm_qos": res.qos,
-            "slurm_constraint": res.constraint,
-            "slurm_exclusive": True if res.exclusive else None,
-            "slurm_setup": list(res.setup) or None,
-        }
-        params.update({k: v for k, v in optional.items() if v is not None})
-        executor.update_parameters(**params)
+        executor = _executor(submitit, folder, res, sweep)
         jobs = executor.map_array(train_task, cfgs, dirs)
         for run, job, run_dir in zip(runs, jobs, dirs):
             _record(Path(run_dir), job, folder)

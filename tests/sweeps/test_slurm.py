@@ -201,3 +201,58 @@ def test_a_signalled_task_checkpoints_requeues_and_resumes_to_the_same_result(cl
     run_grid(load_grid(grid_file), local, workers=1, threads=1, progress=False, log=lambda _: None)
     reference = read_status(local / "requeue" / cfg.run_id)
     assert (row["step"], row["val_loss"]) == (reference["step"], reference["val_loss"])
+
+
+TUNE_GRID = {
+    "name": "slurmtune",
+    "defaults": {"model": {"seq_len": 64}, "train": {"batch_size": 16, "eval_interval": 5, "eval_tokens": 4096}},
+    "ladder": {"depths": [2], "width_per_layer": 16, "head_dim": 16},
+    "budgets": [{"tokens": 30000}],
+    "variants": ["baseline"],
+    "seeds": [0],
+    "lr": "tuned",
+    "tune": {"budget": {"tokens": 200000}, "trials": 2, "lr": [1e-3, 1e-2], "pruner": "none", "widen": 0,
+             "finalists": 0},
+    "slurm": {"cpus_per_task": 1, "time_min": 10},
+}  # fmt: skip
+
+
+def test_tuning_on_slurm_completes_a_study_and_a_killed_tuner_job_resumes_its_trial(cluster, tmp_path):
+    import optuna
+
+    from sweeps.tuning import storage_for
+
+    grid_file = tmp_path / "slurmtune.yaml"
+    grid_file.write_text(yaml.safe_dump(TUNE_GRID))
+    results = tmp_path / "results"
+    args = ("tune", str(grid_file), "--launcher", "slurm", "--results", str(results), "--workers", "1")
+    out = attnres(cluster, *args)
+    assert out.returncode == 0 and "submitted 1 tuner(s) as job array" in out.stdout, out.stdout + out.stderr
+    trials = results / "slurmtune-tune"
+    deadline = time.monotonic() + 300
+    row = None
+    while time.monotonic() < deadline:  # the first trial part way, past a checkpoint
+        folders = [p for p in trials.glob("baseline-*") if (p / "run.parquet").exists()]
+        row = read_status(folders[0]) if folders else None
+        if row and row["step"] >= 30 and list((folders[0] / "checkpoints").glob("*.ckpt")):
+            break
+        time.sleep(0.2)
+    assert row and row["step"] < row["max_steps"], "the trial finished before its job could be killed"
+    run(["scancel", "--signal=KILL", "--full", "-u", getpass.getuser()], cluster)
+    for _ in range(120):
+        if not run(["squeue", "-h", "-u", getpass.getuser()], cluster).stdout.strip():
+            break
+        time.sleep(0.5)
+    killed = folders[0]
+    assert read_status(killed)["status"] == "running"  # interrupted, not finished
+
+    done = attnres(cluster, *args[:-1], "2", "--wait", "--poll", "1")  # two tuners share the study now
+    assert done.returncode == 0 and "tuned 1 (size, variant) pair(s)" in done.stdout, done.stdout + done.stderr
+    assert read_status(killed)["status"] == "done"
+    assert "resuming from" in (killed / "train.log").read_text()  # the retry resumed the killed run
+    tuned = yaml.safe_load((trials / "tuned.yaml").read_text())
+    assert tuned["sizes"]["L2-d32"]["baseline"]["lr"] > 0
+    grid = load_grid(grid_file)
+    study = optuna.load_study(study_name="slurmtune/L2-d32/baseline", storage=storage_for(grid, results, None))
+    complete = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) >= 2 and {t.params["lr"] for t in complete} >= {study.get_trials()[0].params["lr"]}
