@@ -362,25 +362,23 @@ def _run_units(spec, out, files, units, todo, tokenizer, writer_id, workers, tot
         bar.close()
         return done
     import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")  # no fork after torch or threads; workers rebuild the tokenizer from its json
     counter = ctx.Array("q", 2)  # bytes read, tokens written: the workers' progress
     args = (spec, out, files, tokenizer.json, counter)
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx, initializer=_init_worker, initargs=args) as pool:
-        pending = {pool.submit(_work, (i, units[i], writer_id)) for i in todo}
-        try:
-            while pending:
-                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+    # a Pool, not a ProcessPoolExecutor: leaving the block on an error or Ctrl-C terminates the workers at once
+    # instead of waiting for their units (a unit's temporary files are cleaned up by the next preparation)
+    with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=args) as pool:
+        results = pool.imap_unordered(_work, [(i, units[i], writer_id) for i in todo])
+        while len(done) < len(todo):
+            try:
+                record = results.next(timeout=0.5)
+            except mp.TimeoutError:
                 bar.set(counter[0], counter[1])
-                for future in finished:
-                    record = future.result()
-                    done[record["unit"]] = record
-                    bar.unit_done(record)
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
+                continue
+            bar.set(counter[0], counter[1])
+            done[record["unit"]] = record
+            bar.unit_done(record)
     bar.close()
     return done
 
