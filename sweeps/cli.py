@@ -140,7 +140,8 @@ def _tune_on_slurm(grid, args: argparse.Namespace) -> int:
     import time
 
     from attnres.config import ConfigError
-    from sweeps.slurm import job_alive, squeue_states, submit_tuners
+    from sweeps.slurm import job_alive, squeue_states
+    from sweeps.tune_slurm import submit_tuners
     from sweeps.tuned_values import read_tuned
     from sweeps.tuning import _chosen_sizes
 

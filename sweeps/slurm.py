@@ -221,34 +221,6 @@ def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def tune_task(grid: Any, results: str, options: dict[str, Any]) -> int:
-    """The job function of a tuning array task: one tuner, the same as ``attnres tune`` on a login node, sharing the
-    Optuna storage with the other tasks (its trials are ordinary runs, claimed and resumable as any)."""
-    from sweeps.tuning import tune
-
-    return len(tune(grid, results, **options))
-
-
-def submit_tuners(grid: Any, results: str | Path, workers: int, options: dict[str, Any], log=print) -> list[str]:
-    """``workers`` tuners as one job array with the grid's SLURM resources; their job ids."""
-    if not slurm_available():
-        raise ConfigError("--launcher slurm needs sbatch and squeue on PATH (a cluster login node), or use local")
-    try:
-        import submitit
-    except ModuleNotFoundError:
-        raise ConfigError("the SLURM launcher needs submitit: pip install -e '.[slurm]'") from None
-    res = resources(merge_resources(grid.slurm, grid.sizes[0].slurm if grid.sizes else {}))
-    folder = Path(results).resolve() / grid.tune_sweep / SUBMITIT_DIR
-    executor = _executor(submitit, folder, res, grid.tune_sweep)
-    options = {**options, "threads": options.get("threads") or res.cpus_per_task}
-    jobs = executor.map_array(
-        tune_task, [grid] * workers, [str(Path(results).resolve())] * workers, [options] * workers
-    )
-    ids = [str(j.job_id) for j in jobs]
-    log(f"submitted {workers} tuner(s) as job array {ids[0].split('_')[0]} ({res.cpus_per_task} CPU(s) each)")
-    return ids
-
-
 def slurm_available() -> bool:
     return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
 
@@ -331,7 +303,7 @@ def slurm_groups(planned: list) -> list[tuple[SlurmResources, list, list[RunConf
     return list(groups.values())
 
 
-def _executor(submitit: Any, folder: Path, res: SlurmResources, name: str) -> Any:
+def executor_for(submitit: Any, folder: Path, res: SlurmResources, name: str) -> Any:
     """A submitit executor with a run's resources (one per array task): what sweep runs and tuners share."""
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_python=res.python)
     params: dict[str, Any] = {
@@ -385,7 +357,7 @@ def submit(planned: list, results: str | Path, sweep: str, log: Callable[[str], 
     submitted: list[tuple[Any, str]] = []
     for res, runs, cfgs in groups:
         dirs = [str(run_dir_for(cfg, results).resolve()) for cfg in cfgs]
-        executor = _executor(submitit, folder, res, sweep)
+        executor = executor_for(submitit, folder, res, sweep)
         jobs = executor.map_array(train_task, cfgs, dirs)
         for run, job, run_dir in zip(runs, jobs, dirs):
             _record(Path(run_dir), job, folder)
