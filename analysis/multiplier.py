@@ -204,9 +204,8 @@ def run_study(
     data = {c.label: c for c in curves}
     thetas, oks, y_points, y_fits = {}, {}, {}, {}
     with single_threaded_blas():
+        _fit_missing(curves, fits, form, delta, n_starts)
         for c in curves:
-            if c.label not in fits:
-                fits[c.label] = fit_curve(c.compute, c.loss, form, delta, n_starts)
             fit = fits[c.label]
             if n_boot == 0:
                 continue
@@ -221,6 +220,15 @@ def run_study(
         study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points)
         _add_joint(study, curves, y_fits, joint, n_starts)
     return study
+
+
+def _fit_missing(
+    curves: Sequence[CurveData], fits: dict[str, CurveFit], form: str, delta: float, n_starts: int
+) -> None:
+    """Fit, into ``fits``, every curve not fitted yet (both bootstrap methods start from the point fits)."""
+    for c in curves:
+        if c.label not in fits:
+            fits[c.label] = fit_curve(c.compute, c.loss, form, delta, n_starts)
 
 
 def _add_joint(study: Study, curves: Sequence[CurveData], y_fits: dict, joint: bool, n_starts: int) -> None:
@@ -255,9 +263,7 @@ def _run_budget_study(
     data = {c.label: c for c in curves}
     thetas, oks, y_points, y_fits = {}, {}, {}, {}
     with single_threaded_blas():
-        for c in curves:
-            if c.label not in fits:
-                fits[c.label] = fit_curve(c.compute, c.loss, form, delta, n_starts)
+        _fit_missing(curves, fits, form, delta, n_starts)
         ref_keys = list(curves[0].budget_keys) if curves else []
         shared = None
         if n_boot > 0 and ref_keys:

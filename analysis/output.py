@@ -28,13 +28,18 @@ def check_output_file(path: str | Path, what: str = "the output file") -> Path:
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"cannot write {what} {str(path)!r}: it is a folder; give a file name (e.g. fit.json)")
+    _check_parents(path, what)
+    return path
+
+
+def _check_parents(path: Path, what: str) -> None:
+    """The nearest existing folder above ``path`` is a folder and writable (a file there is named)."""
     found = nearest_existing(path.parent)
     if not found.is_dir():
         raise OutputError(
             f"cannot write {what} {str(path)!r}: {str(found)!r} is a file, not a folder; choose another path"
         )
     _probe_folder(found, what, path)
-    return path
 
 
 def check_output_folder(path: str | Path, what: str = "the output folder") -> Path:
@@ -44,12 +49,7 @@ def check_output_folder(path: str | Path, what: str = "the output folder") -> Pa
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputError(f"cannot write {what} {str(path)!r}: a file is in the way (it is not a folder)")
-    found = nearest_existing(path.parent)
-    if not found.is_dir():
-        raise OutputError(
-            f"cannot write {what} {str(path)!r}: {str(found)!r} is a file, not a folder; choose another path"
-        )
-    _probe_folder(found, what, path)
+    _check_parents(path, what)
     if path.is_dir():
         _probe_folder(path, what, path)
     return path

@@ -161,12 +161,13 @@ def data_summary(cfg: DataConfig) -> DataSummary:
     """The data of a run, counted from its manifest when it is prepared (the built-in corpus is prepared here:
     a second of work); nothing is tokenized for a plan otherwise."""
     from attnres.data.corpus import cached_folder, corpus_folder, data_vocab_size, is_prepared_folder, read_manifest
+    from attnres.data.sources import is_glob
 
     if cfg.corpus == "builtin" and cfg.tokenizer == "bytes":
         folder: Path | None = corpus_folder(cfg)
     elif is_prepared_folder(cfg.corpus):
         folder = Path(cfg.corpus).expanduser()
-    elif Path(cfg.corpus).expanduser().exists() or any(c in cfg.corpus for c in "*?["):
+    elif Path(cfg.corpus).expanduser().exists() or is_glob(cfg.corpus):
         folder = cached_folder(cfg)
     else:
         folder = None

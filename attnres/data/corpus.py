@@ -200,7 +200,7 @@ def data_vocab_size(cfg: DataConfig) -> int | None:
     if is_prepared_folder(cfg.corpus):
         if (path / MANIFEST).is_file():
             return int(read_manifest(path)["vocab_size"])
-    elif cfg.corpus != "builtin" and not path.exists() and not any(c in cfg.corpus for c in "*?["):
+    elif cfg.corpus != "builtin" and not path.exists() and not sources.is_glob(cfg.corpus):
         if cfg.tokenizer == DataConfig.tokenizer:
             return None
     return vocab_size_of(cfg.tokenizer)

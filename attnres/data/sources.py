@@ -50,6 +50,11 @@ def kind_of(path: Path) -> str | None:
     return next((kind for ext, kind in KINDS.items() if name.endswith(ext)), None)
 
 
+def is_glob(source: str) -> bool:
+    """Whether a source is a glob pattern (matched by :func:`source_files`) rather than a path."""
+    return any(c in source for c in "*?[")
+
+
 def source_files(source: str, label: str = "data.corpus") -> list[Path]:
     """The files ``source`` names, in a fixed (sorted) order; one clear error (naming it ``label``) if there are
     none."""
@@ -57,7 +62,7 @@ def source_files(source: str, label: str = "data.corpus") -> list[Path]:
         root = resources.files("attnres.data") / "builtin"
         return [Path(str(root / name)) for name in BUILTIN]
     exts = ", ".join(KINDS)
-    if any(c in source for c in "*?["):
+    if is_glob(source):
         files = sorted(Path(p) for p in glob.glob(str(Path(source).expanduser()), recursive=True))
         files = [f for f in files if f.is_file() and kind_of(f)]
         if not files:
