@@ -31,7 +31,7 @@ from attnres.data import sources
 from attnres.data.errors import DataError
 from attnres.data.prepare import FORMAT, MANIFEST, REQUEST, VAL_PIECES, PrepareSpec, file_identity, prepare
 from attnres.data.shards import TokenStream, open_shard
-from attnres.data.tokenizer import vocab_size_of
+from attnres.data.tokenizer import parse_spec, vocab_size_of
 
 
 def cache_dir() -> Path:
@@ -62,9 +62,9 @@ def cached_folder(cfg: DataConfig) -> Path:
         "spec": dataclasses.asdict(spec),
         "files": file_identity(sources.source_files(spec.source)),
     }
-    kind = Path(cfg.tokenizer).expanduser()
-    if kind.is_file():  # the tokenizer's content, not just its path
-        identity["tokenizer_sha256"] = hashlib.sha256(kind.read_bytes()).hexdigest()
+    kind, value = parse_spec(cfg.tokenizer)  # "bytes" is a spec even where a file of that name exists
+    if kind == "file":  # the tokenizer's content, not just its path
+        identity["tokenizer_sha256"] = hashlib.sha256(value.read_bytes()).hexdigest()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir() / "tokens" / key
 
