@@ -148,7 +148,12 @@ def readable_or_absent(run_dir: Path) -> None:
 
 @pytest.mark.parametrize(
     "sig, micro",
-    [(signal.SIGKILL, []), (signal.SIGINT, []), (signal.SIGKILL, ["train.micro_batch_size=4"])],
+    [
+        (signal.SIGKILL, []),
+        (signal.SIGINT, []),
+        # about 20 s; the default suite's budget is 10 minutes (pytest -m slow runs it)
+        pytest.param(signal.SIGKILL, ["train.micro_batch_size=4"], marks=pytest.mark.slow),
+    ],
     ids=["sigkill", "ctrl-c", "sigkill-accumulating"],
 )
 def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig, micro):

@@ -217,6 +217,7 @@ TUNE_GRID = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # about 20 s; the default suite's budget is 10 minutes (pytest -m slow runs it)
 def test_tuning_on_slurm_completes_a_study_and_a_killed_tuner_job_resumes_its_trial(cluster, tmp_path):
     import optuna
 
