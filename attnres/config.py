@@ -363,10 +363,18 @@ class RuntimeConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """With several devices: ddp (a full copy of the model per device) or fsdp (parameters, gradients and optimizer
     state sharded over the devices, one FSDP unit per transformer block; GPUs only, as in Lightning)."""
+    device_memory_gb: float | None = None
+    """Memory of one device in GiB (80 for an 80 GB GPU). When set, `attnres sweep plan` shows each run's estimated
+    peak per device and the setting that would make a run fit, and a run that will not fit is refused before it
+    starts (the estimate simulates the training step: attnres.training.memory, docs/training.md)."""
 
     def __post_init__(self) -> None:
         _positive(self, "devices", "num_nodes")
         _require(self.threads >= 0, f"RuntimeConfig.threads must be >= 0, got {self.threads}")
+        _require(
+            self.device_memory_gb is None or self.device_memory_gb > 0,
+            f"RuntimeConfig.device_memory_gb must be positive (GiB per device), got {self.device_memory_gb}",
+        )
         _require(
             self.strategy != "fsdp" or self.devices * self.num_nodes > 1,
             "runtime.strategy=fsdp shards over several devices, and this run has one; use runtime.devices=N "

@@ -10,14 +10,15 @@ order, and the ratio to the baseline is taken within each repeat before the medi
 so only ratios measured side by side mean anything. ``95% CI`` is the median ratio's distribution-free
 confidence interval (order statistics), which says whether a target like 1.05 is met beyond the noise. Peak
 memory is measured in a separate pass: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the bytes of
-parameters, gradients and optimizer state plus the peak of the step's allocations as recorded by the PyTorch
-profiler. ``depth ms`` times the depth mixing alone (forward + backward of the mixer, with each sublayer
-replaced by a cheap element-wise stand-in; with ``--compile`` on CUDA or with ``--fused-depth``, through the
-fused kernels of ``attnres.kernels.fused``). On CPU the depth attention runs through the C++ kernels of
-``attnres.kernels.cpu`` where they build (the header says ``native=True``); a variant named with ``-eager``
-(``block4-eager``) runs it in torch ops instead, side by side with the others. A variant named with ``-ckpt``
-(``block4-ckpt``) trains with ``runtime.checkpointing=sublayer``: each sublayer recomputed in backward; its peak
-memory beside the plain variant's is what activation checkpointing saves.
+parameters, buffers and optimizer state plus the peak of the step's allocations (gradients included) as recorded
+by the PyTorch profiler. ``est/peak`` is the memory estimate of ``attnres sweep plan`` (a simulated step,
+``attnres.training.memory``) over that measured peak. ``depth ms`` times the depth mixing alone (forward +
+backward of the mixer, with each sublayer replaced by a cheap element-wise stand-in; with ``--compile`` on CUDA or
+with ``--fused-depth``, through the fused kernels of ``attnres.kernels.fused``). On CPU the depth attention runs
+through the C++ kernels of ``attnres.kernels.cpu`` where they build (the header says ``native=True``); a variant
+named with ``-eager`` (``block4-eager``) runs it in torch ops instead, side by side with the others. A variant
+named with ``-ckpt`` (``block4-ckpt``) trains with ``runtime.checkpointing=sublayer``: each sublayer recomputed in
+backward; its peak memory beside the plain variant's is what activation checkpointing saves.
 """
 
 from __future__ import annotations
@@ -100,9 +101,25 @@ def timed(fn, device: torch.device) -> float:
 
 
 def resident_bytes(runner: Runner) -> int:
-    tensors = list(runner.model.parameters()) + [t for s in runner.opt.state.values() for t in s.values()]
-    grads = [p for p in runner.model.parameters()]  # gradients have the parameters' size
-    return sum(t.numel() * t.element_size() for t in tensors + grads if torch.is_tensor(t))
+    """What lives between steps: parameters, buffers and AdamW's state. Not the gradients: zero_grad(set_to_none)
+    frees them, and the profiler records their allocation inside the step."""
+    tensors = [*runner.model.parameters(), *runner.model.buffers()]
+    tensors += [t for s in runner.opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def estimated_bytes(runner: Runner, batch: int, device: torch.device) -> int:
+    """The memory estimate of ``attnres sweep plan`` (:mod:`attnres.training.memory`) for the same step."""
+    from attnres.config import RunConfig, RuntimeConfig, TrainConfig
+    from attnres.training.memory import estimate
+
+    model = getattr(runner.model, "_orig_mod", runner.model)
+    runtime = RuntimeConfig(
+        precision="bf16-mixed" if runner.autocast else "32-true",
+        checkpointing="sublayer" if model.checkpointing else "none",
+    )
+    cfg = RunConfig(model=model.cfg, train=TrainConfig(batch_size=batch), runtime=runtime)
+    return estimate(cfg, gpu=device.type == "cuda").peak
 
 
 def peak_bytes(runner: Runner, device: torch.device) -> int:
@@ -260,8 +277,12 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
         for r in runners:
             ratios[r.name].append(step_s[r.name][-1] / step_s["baseline"][-1])
     peaks = {r.name: peak_bytes(r, device) for r in runners}
+    estimates = {r.name: estimated_bytes(r, args.batch, device) for r in runners}
     print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
-    print(f"{'variant':>12} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'depth ms':>9}")
+    print(
+        f"{'variant':>12} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'est/peak':>8} "
+        f"{'depth ms':>9}"
+    )
     rows = []
     for r in runners:
         low, high = median_ci(ratios[r.name])
@@ -275,13 +296,14 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
             "step_ratio_max": max(ratios[r.name]),
             "peak_mib": peaks[r.name] / 2**20,
             "peak_ratio": peaks[r.name] / peaks["baseline"],
+            "estimate_mib": estimates[r.name] / 2**20,
             "depth_ms": 1e3 * statistics.median(depth_s[r.name]),
         }
         rows.append(row)
         print(
             f"{r.name:>12} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
             f"[{low:.3f}, {high:.3f}] {row['peak_mib']:9.1f} "
-            f"{row['peak_ratio']:7.3f} {row['depth_ms']:9.2f}"
+            f"{row['peak_ratio']:7.3f} {estimates[r.name] / peaks[r.name]:8.3f} {row['depth_ms']:9.2f}"
         )
     return rows
 

@@ -33,6 +33,27 @@ def check_data(planned: list[PlannedRun]) -> None:
             )
 
 
+def check_memory(planned: list[PlannedRun], launcher: str) -> None:
+    """With runtime.device_memory_gb set, runs whose estimated peak will not fit fail the sweep before it starts,
+    each named with the setting that would fit (as `attnres sweep plan` shows them)."""
+    if all(r.cfg.runtime.device_memory_gb is None for r in planned):
+        return
+    from attnres.training.memory import fit_problem
+    from sweeps.plan import device_of
+
+    problems = []
+    for run in planned:
+        kind, devices = device_of(run, launcher)
+        problem = fit_problem(run.cfg, kind == "gpu", max(1, devices))
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} run(s) will not fit in memory (attnres sweep plan shows them all):\n  "
+            + "\n  ".join(problems)
+        )
+
+
 def run_grid(
     grid_or_path: Grid | str | Path,
     results_dir: str | Path,
@@ -50,6 +71,7 @@ def run_grid(
     grid = _grid(grid_or_path, overrides)
     planned = expand_runs(grid, results_dir)
     check_data(planned)
+    check_memory(planned, "local")
     return run_local(
         [r.cfg for r in planned],
         results_dir,
@@ -80,6 +102,7 @@ def submit_grid(
     grid = _grid(grid_or_path, overrides)
     planned = expand_runs(grid, results_dir)
     check_data(planned)
+    check_memory(planned, "slurm")
     states = sweep_status(planned, results_dir)
     # not finished, not being trained, and no live SLURM job for it (pending or requeued)
     todo = [

@@ -8,7 +8,12 @@ run of the same shape first, else the median over runs on the same kind of devic
 (:data:`DEFAULT_FLOPS_PER_S`), fitted to the committed CPU study's runs.
 
 A grid with ``lr: tuned`` planned before ``attnres tune`` ran shows its runs with the learning rate "tuned" (their
-run ids are not known until then) and the tuning runs that come first. No torch.
+run ids are not known until then) and the tuning runs that come first.
+
+With ``runtime.device_memory_gb`` set, every run also gets its estimated peak memory per device (a simulated
+training step, :mod:`attnres.training.memory`; this imports torch and takes about a second per model shape), runs
+that will not fit are marked ``!``, and the plan names the micro-batch or checkpointing setting that would fit.
+Otherwise no torch.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class PlanRow:
     status: str | None  # the run's status in the results directory, if it exists
     to_be_tuned: bool = False  # lr: tuned, not tuned yet (lr and run id are stand-ins)
     epochs: float | None = None  # passes over the training split (None: the data is not prepared yet)
+    memory_gib: float | None = None  # estimated peak per device (None: runtime.device_memory_gb is not set)
+    memory_problem: str | None = None  # why the run will not fit and what would (None: it fits)
 
 
 def eval_flops(run: PlannedRun) -> float:
@@ -213,6 +220,12 @@ def plan_rows(
             rate, source = DEFAULT_FLOPS_PER_S[kind] * max(1, devices), "default"
         total = budget.flops + eval_flops(run)
         per_step = STEP_OVERHEAD_S[kind] if source == "default" else 0.0
+        memory_gib = memory_problem = None
+        if cfg.runtime.device_memory_gb is not None:
+            from attnres.training.memory import estimate, fit_problem
+
+            memory_gib = estimate(cfg, kind == "gpu", max(1, devices)).peak_gib
+            memory_problem = fit_problem(cfg, kind == "gpu", max(1, devices))
         status = None
         if results is not None and not run.to_be_tuned:
             row = read_status(Path(results) / cfg.sweep / cfg.run_id)
@@ -234,6 +247,8 @@ def plan_rows(
                 status,
                 run.to_be_tuned,
                 None if (n := data[cfg.data].train_tokens) is None else budget.tokens / n,
+                memory_gib,
+                memory_problem,
             )
         )
     return rows
@@ -268,8 +283,12 @@ def format_plan(
     header = (
         "run_id", "variant", "N", "params", "tokens", "epochs", "steps", "FLOPs", "lr", "seed", "est. time", "status"
     )  # fmt: skip
+    memory = any(r.memory_gib is not None for r in rows)
+    if memory:
+        header = (*header[:-2], "mem GiB", *header[-2:])
     table = [header]
     for r in rows:
+        mem = () if not memory else (f"{r.memory_gib:.3g}" + ("!" if r.memory_problem else ""),)
         table.append(
             (
                 r.run_id.rsplit("-", 1)[0] + "-?" if r.to_be_tuned else r.run_id,
@@ -282,6 +301,7 @@ def format_plan(
                 f"{r.flops:.3g}",
                 TO_BE_TUNED if r.to_be_tuned else f"{r.lr:.3g}",
                 str(r.seed),
+                *mem,
                 human_time(r.est_s),
                 r.status or "-",
             )
@@ -304,6 +324,8 @@ def format_plan(
     )
     for summary in data or ():
         lines.append(summary.line())
+    if memory:
+        lines.extend(memory_lines(rows))
     over = [r for r in rows if r.epochs is not None and r.epochs > 1]
     if over:
         lines.append(
@@ -323,6 +345,18 @@ def format_plan(
             f"{human_time(tune_s)}"
         )
     return "\n".join(lines)
+
+
+def memory_lines(rows: list[PlanRow]) -> list[str]:
+    """What the mem GiB column means, and every run that will not fit with the setting that would."""
+    from attnres.training.memory import HEADROOM
+
+    unfit = [r for r in rows if r.memory_problem]
+    lines = [
+        f"memory: estimated peak per device of a training step (simulated; docs/training.md); a run fits in "
+        f"{HEADROOM:.0%} of runtime.device_memory_gb; {len(unfit)} of {len(rows)} runs do not (!)"
+    ]
+    return lines + [f"  {r.memory_problem}" for r in unfit]
 
 
 def parallelism(grid: Grid, launcher: str, n_runs: int) -> int:

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
-from attnres.config import RunConfig
+from attnres.config import RunConfig, TrainConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
 from attnres.model import AttnResLM
@@ -71,6 +71,19 @@ def parameter_groups(model: nn.Module, weight_decay: float, depth_lr_scale: floa
     return groups
 
 
+def lm_loss(model: nn.Module, batch: Tensor, reduction: str = "mean") -> Tensor:
+    """Next-token cross-entropy of (B, T + 1) tokens, in fp32 whatever the logits' dtype."""
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction=reduction)
+
+
+def build_optimizer(model: nn.Module, t: TrainConfig, foreach: bool | None = None) -> torch.optim.AdamW:
+    """AdamW over :func:`parameter_groups`. ``foreach`` None: torch's choice (multi-tensor on GPU); the memory
+    estimate (:mod:`attnres.training.memory`) sets it to simulate a GPU's step on CPU tensors."""
+    groups = parameter_groups(model, t.weight_decay, t.depth_lr_scale)
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, foreach=foreach)
+
+
 class LitLM(L.LightningModule):
     def __init__(self, cfg: RunConfig, corpus: Corpus, steps: int) -> None:
         super().__init__()
@@ -113,8 +126,7 @@ class LitLM(L.LightningModule):
 
     # -------------------------------------------------------------------------------------- training
     def loss(self, batch: Tensor, reduction: str = "mean") -> Tensor:
-        logits = self.model(batch[:, :-1])
-        return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction=reduction)
+        return lm_loss(self.model, batch, reduction)
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor | None:
         loss = self.loss(batch)
@@ -211,10 +223,7 @@ class LitLM(L.LightningModule):
 
     # ------------------------------------------------------------------------------------- optimizer
     def configure_optimizers(self) -> dict:
-        t = self.cfg.train
-        opt = torch.optim.AdamW(
-            parameter_groups(self.model, t.weight_decay, t.depth_lr_scale), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps
-        )
+        opt = build_optimizer(self.model, self.cfg.train)
         return {
             "optimizer": opt,
             "lr_scheduler": {"scheduler": build_scheduler(opt, self.cfg, self.steps), "interval": "step"},

@@ -122,9 +122,22 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
 
         if not uses_gpu(cfg.runtime):
             raise ConfigError("runtime.strategy=fsdp needs GPUs and none is visible here; use ddp on CPU")
+    check_memory(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
     return corpus, run_budget(cfg)
+
+
+def check_memory(cfg: RunConfig) -> None:
+    """With runtime.device_memory_gb set, a run whose estimated peak does not fit is refused (naming what would)."""
+    if cfg.runtime.device_memory_gb is None:
+        return
+    from attnres.runtime import uses_gpu
+    from attnres.training.memory import fit_problem
+
+    problem = fit_problem(cfg, uses_gpu(cfg.runtime), cfg.runtime.devices * cfg.runtime.num_nodes)
+    if problem:
+        raise ConfigError(problem)
 
 
 def latest_checkpoint(run_dir: Path) -> str | None:

@@ -430,3 +430,36 @@ def test_an_isoflop_budget_a_size_cannot_meet_is_one_clear_error(tmp_path):
     path.write_text(yaml.safe_dump(grid))
     runs = expand(load_grid(path))
     assert len(runs) == 4 and len({r.train.flops for r in runs}) == 2
+
+
+def test_the_plan_shows_memory_per_device_and_the_micro_batch_that_fits(tmp_path):
+    """With runtime.device_memory_gb, each run gets its estimated peak; one that will not fit is marked and the plan
+    names the largest micro-batch that would; a sweep with such a run is refused before it starts."""
+    from attnres.training.memory import GIB, HEADROOM, estimate
+    from sweeps import run_grid
+    from sweeps.plan import format_plan, plan
+
+    grid = load_grid(grid_with(variants=["full"]))
+    (run,) = expand(grid)
+    whole = estimate(run, gpu=False).peak
+    halves = estimate(RunConfig(model=run.model, train=grid_with_micro(run, 8), runtime=run.runtime), gpu=False).peak
+    assert halves < whole
+    memory = (halves + whole) / 2 / HEADROOM / GIB  # fits at micro-batch 8, not at 16
+    sized = load_grid(write(tmp_path, grid_with(variants=["full"])), [f"runtime.device_memory_gb={memory}"])
+    (row,) = plan(sized)
+    assert row.memory_gib == pytest.approx(whole / GIB) and "train.micro_batch_size=8 " in row.memory_problem
+    text = format_plan(sized, [row])
+    assert "mem GiB" in text and f"{whole / GIB:.3g}!" in text and "1 of 1 runs do not (!)" in text
+    with pytest.raises(ConfigError, match="(?s)will not fit in memory.*set train.micro_batch_size=8"):
+        run_grid(sized, tmp_path / "results", progress=False)
+    assert not (tmp_path / "results").exists()
+    tiny = load_grid(write(tmp_path, grid_with(variants=["full"])), ["runtime.device_memory_gb=1e-6"])
+    (row,) = plan(tiny)
+    assert "even micro-batch 1 with runtime.checkpointing=sublayer needs" in row.memory_problem
+    assert plan(grid)[0].memory_gib is None and "mem GiB" not in format_plan(grid, plan(grid))
+
+
+def grid_with_micro(run: RunConfig, micro: int):
+    from dataclasses import replace
+
+    return replace(run.train, micro_batch_size=micro)
