@@ -77,6 +77,7 @@ FRONTIER_MODES = ("auto", "on", "off")
 DEFAULT_BASELINE = "baseline"
 LACK_OF_FIT_P = 0.01  # a lack-of-fit p-value below this: the law misses its budgets beyond the seed noise
 TUNING_SUFFIX = "-tune"  # the sweep name `attnres tune` gives its trials
+TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's WSD trunks (attnres.training.branches): constant rate, no budget
 
 
 @dataclass(frozen=True)
@@ -997,7 +998,8 @@ def fit_results(
     "unshared" for the headline multiplier. ``frontier``: "auto" (IsoFLOP minima when a budget has several
     sizes), "on" or "off". ``compute_unit``: "flops" (as stored) or "pflops_days" (the paper's unit).
     ``sweeps``: restrict to these sweep names (default: every sweep, each fitted on its own, except the
-    learning-rate searches of ``attnres tune``, whose sweeps are named ``<sweep>-tune``).
+    learning-rate searches of ``attnres tune``, whose sweeps are named ``<sweep>-tune``, and the WSD trunks of a
+    grid with ``branches:``, in ``<sweep>-trunk``).
     """
     settings = FitSettings(
         form=normalize_form(form),
@@ -1018,8 +1020,9 @@ def fit_results(
     if not isinstance(results, Results):
         results = load_results(results, tables=())
     runs = results.runs
-    # learning-rate searches (``attnres tune`` writes them to ``<sweep>-tune``) are not scaling studies
-    names = [name for name in results.sweeps if not name.endswith(TUNING_SUFFIX)]
+    # learning-rate searches (``attnres tune`` writes them to ``<sweep>-tune``) and WSD trunks (``<sweep>-trunk``,
+    # whose rate never decays) are not scaling studies
+    names = [name for name in results.sweeps if not name.endswith((TUNING_SUFFIX, TRUNK_SUFFIX))]
     if sweeps is not None:
         wanted = list(sweeps)
         missing = [s for s in wanted if s not in results.sweeps]

@@ -273,10 +273,21 @@ class TrainConfig:
     depth_lr_scale: float = 1.0
     """The depth mixer's parameters (pseudo-queries, key gains; an ablation's mixing weights) train at this multiple
     of the learning rate, through the whole schedule (0 freezes them at their initial values)."""
-    schedule: Literal["cosine", "wsd"] = "cosine"
-    """cosine: linear warm-up then cosine decay to min_lr_ratio * lr (the paper's); wsd: warm-up, stable, decay."""
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    """cosine: linear warm-up then cosine decay to min_lr_ratio * lr (the paper's); wsd: warm-up, stable, decay;
+    constant: warm-up, then the peak rate to the end (the stable trunk that WSD branches start from)."""
     warmup_frac: float = 0.05
     """Fraction of the steps spent in linear warm-up."""
+    warmup_tokens: int | None = None
+    """Warm-up length in tokens, replacing warmup_frac (None: warmup_frac of the run's steps). A WSD trunk and its
+    branches share it, so their schedules agree up to each branch's decay."""
+    trunk_tokens: int | None = None
+    """WSD branch (schedule wsd): the length of its stable trunk, the same run with schedule constant and this many
+    tokens, in the sweep <sweep>-trunk. The branch starts from the trunk's checkpoint at its decay's first step;
+    without one it trains the same schedule from step 0 (the same run, more compute). A pointer to where its first
+    steps may come from, so not part of the run id (docs/training.md, "WSD branches")."""
+    save_at_steps: tuple[int, ...] = ()
+    """Keep a checkpoint at each of these steps (a trunk: its branches' decay starts). Not part of the run id."""
     min_lr_ratio: float = 0.1
     """Floor of the schedule as a fraction of the peak learning rate."""
     wsd_decay_frac: float = 0.2
@@ -323,6 +334,17 @@ class TrainConfig:
         _require(
             0.0 < self.wsd_decay_frac <= 1.0 - self.warmup_frac,
             f"TrainConfig.wsd_decay_frac must be in (0, 1 - warmup_frac], got {self.wsd_decay_frac}",
+        )
+        if self.warmup_tokens is not None:
+            _require(self.warmup_tokens >= 0, f"TrainConfig.warmup_tokens must be >= 0, got {self.warmup_tokens}")
+        _require(
+            self.trunk_tokens is None or (self.schedule == "wsd" and self.trunk_tokens > 0),
+            f"TrainConfig.trunk_tokens={self.trunk_tokens} applies to a WSD branch: set train.schedule=wsd (and a "
+            "positive length), or remove it",
+        )
+        _require(
+            all(s > 0 for s in self.save_at_steps) and list(self.save_at_steps) == sorted(set(self.save_at_steps)),
+            f"TrainConfig.save_at_steps={list(self.save_at_steps)} must be positive steps in increasing order",
         )
         _require(self.weight_decay >= 0, f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay}")
         _require(self.depth_lr_scale >= 0, f"TrainConfig.depth_lr_scale must be >= 0, got {self.depth_lr_scale}")
@@ -419,6 +441,7 @@ class RunConfig:
             model["n_blocks"] = _defaults(ModelConfig)["n_blocks"]
         train = to_dict(self.train)
         del train["micro_batch_size"]  # how a step's batch is split changes nothing but memory (and rounding)
+        del train["trunk_tokens"], train["save_at_steps"]  # where a branch's first steps come from, what is kept
         return {"model": model, "data": to_dict(self.data), "train": train}
 
     @property

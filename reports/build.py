@@ -1079,10 +1079,12 @@ def _show_ablation_table(t4: pd.DataFrame) -> list[Block]:
 
 
 def _sweep_name(name: str) -> str:
-    from analysis.sweep_fits import TUNING_SUFFIX
+    from analysis.sweep_fits import TRUNK_SUFFIX, TUNING_SUFFIX
 
     if name.endswith(TUNING_SUFFIX):
         return f"`{name}` (the learning-rate search of `attnres tune`; not fitted, its pruned trials stay unfinished)"
+    if name.endswith(TRUNK_SUFFIX):
+        return f"`{name}` (the stable trunks of WSD branches; not fitted: their learning rate never decays)"
     return f"`{name}`"
 
 

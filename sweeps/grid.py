@@ -41,7 +41,9 @@ from attnres.data.corpus import with_data_vocab
 from attnres.variants import Variant
 
 GRID_DIR = Path(__file__).resolve().parent
-TOP_KEYS = ("name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune")
+TOP_KEYS = (
+    "name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune", "branches"
+)  # fmt: skip
 BUDGET_KINDS = ("tokens_per_param", "tokens", "flops")
 TUNED = ("tuned", "tuned-baseline", "tuned-per-variant")  # the tuning protocols (sweeps/tuned_values.py)
 
@@ -65,6 +67,17 @@ class BudgetSpec:
         if self.kind == "tokens":
             return f"{self.value:.3g} tokens"
         return f"{self.value:.3g} FLOPs"
+
+
+@dataclass(frozen=True)
+class BranchSpec:
+    """``branches:``: the budgets of each (size, variant, lr, seed) become WSD cooldown branches of one stable trunk.
+
+    ``decay_frac``: each branch's final linear decay, as a fraction of its own steps. ``stable``: the trunk's
+    length (None: up to the last branch's decay start, the least that serves every branch)."""
+
+    decay_frac: float = 0.2
+    stable: BudgetSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,7 @@ class Grid:
     slurm: Mapping[str, Any]
     tune: TuneSpec
     overrides: tuple[str, ...] = ()
+    branches: BranchSpec | None = None
 
     @property
     def label(self) -> str:
@@ -192,6 +206,7 @@ class PlannedRun:
     budget: BudgetSpec
     slurm: Mapping[str, Any]
     to_be_tuned: bool = False  # lr: tuned before `attnres tune` ran: cfg holds a stand-in lr, and so its run id
+    role: Literal["run", "trunk", "branch"] = "run"  # branches: a WSD trunk (in <sweep>-trunk) or one of its branches
 
     @property
     def run_id(self) -> str:
@@ -329,6 +344,7 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
 
     check_resources(slurm, "slurm.")
     tune = _parse_tune(data.get("tune") or {})
+    branches = _parse_branches(data.get("branches"))
     return Grid(
         name=name,
         path=path,
@@ -342,6 +358,7 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
         slurm=slurm,
         tune=tune,
         overrides=overrides,
+        branches=branches,
     )
 
 
@@ -395,6 +412,23 @@ def _parse_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, 
     if repeated:
         raise ConfigError(f"ladder: size {repeated[0]} appears {names[repeated[0]]} times; list every size once")
     return tuple(sizes)
+
+
+def _parse_branches(value: Any) -> BranchSpec | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return BranchSpec()
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"branches must be a mapping like {{decay_frac: 0.2}}, got {value!r}")
+    _check_keys(value, ("decay_frac", "stable"), "branches.")
+    frac = value.get("decay_frac", BranchSpec.decay_frac)
+    if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < 1:
+        raise ConfigError(f"branches.decay_frac must be a fraction in (0, 1), got {frac!r}")
+    stable = None
+    if value.get("stable") is not None:
+        (stable,) = _parse_budgets([value["stable"]], "branches.stable")
+    return BranchSpec(float(frac), stable)
 
 
 def _parse_budgets(value: Any, where: str) -> tuple[BudgetSpec, ...]:
@@ -647,8 +681,67 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
                                 raise ConfigError(f"{where}: {err}") from None
                             _check_flop_budget(cfg, budget, size, where)
                             runs.append(PlannedRun(cfg, size, label, budget, merge_resources(grid.slurm, size.slurm)))
+    if grid.branches is not None:
+        runs = _as_branches(grid, runs)
     _check_duplicates(runs)
     return runs
+
+
+def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
+    """``branches:``: the runs of each (size, variant, lr, seed), one per budget, become WSD branches of one trunk.
+
+    Every branch and its trunk share the warm-up: ``warmup_frac`` of the longest branch, in tokens. The trunk
+    (``schedule: constant``, in ``<sweep>-trunk``) keeps a checkpoint at each branch's decay start and runs first:
+    a size's trunks, then its branches."""
+    from attnres.training.branches import branch_step, check_branch, trunk_of
+
+    spec = grid.branches
+    groups: dict[tuple, list[PlannedRun]] = {}
+    for run in runs:
+        groups.setdefault((run.size.name, run.variant, run.cfg.train.lr, run.cfg.train.seed), []).append(run)
+    position = {id(run): i for i, run in enumerate(runs)}  # branches keep the grid's order
+    trunks: dict[str, list[PlannedRun]] = {}
+    branches: dict[str, list[tuple[int, PlannedRun]]] = {}
+    for group in groups.values():
+        first = group[0].cfg
+        longest = max(run_budget(r.cfg).tokens for r in group)
+        warmup = round(first.train.warmup_frac * longest)
+        made = []
+        for run in group:
+            train = dataclasses.replace(
+                run.cfg.train, schedule="wsd", wsd_decay_frac=spec.decay_frac, warmup_tokens=warmup
+            )
+            made.append(dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, train=train), role="branch"))
+        starts = sorted({branch_step(r.cfg) for r in made})
+        batch_tokens = first.train.batch_size * first.model.seq_len
+        if spec.stable is not None:
+            params = size_params(grid, group[0].size)
+            stable = dataclasses.replace(
+                first, train=dataclasses.replace(first.train, **tokens_for(params, spec.stable))
+            )
+            trunk_tokens = run_budget(stable).tokens
+        else:
+            trunk_tokens = starts[-1] * batch_tokens
+        for i, run in enumerate(made):
+            train = dataclasses.replace(run.cfg.train, trunk_tokens=trunk_tokens)
+            made[i] = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, train=train))
+            try:
+                check_branch(made[i].cfg)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"size {run.size.name}, variant {run.variant}, budget {run.budget.label}: {err}"
+                ) from None
+        trunk = trunk_of(made[0].cfg)
+        trunk = dataclasses.replace(trunk, train=dataclasses.replace(trunk.train, save_at_steps=tuple(starts)))
+        budget = BudgetSpec("tokens", float(trunk_tokens))
+        trunks.setdefault(group[0].size.name, []).append(
+            dataclasses.replace(group[0], cfg=trunk, budget=budget, role="trunk")
+        )
+        branches.setdefault(group[0].size.name, []).extend((position[id(r)], b) for r, b in zip(group, made))
+    ordered = []
+    for size in dict.fromkeys(r.size.name for r in runs):
+        ordered += trunks[size] + [b for _, b in sorted(branches[size], key=lambda pair: pair[0])]
+    return ordered
 
 
 FLOP_BUDGET_SLACK = 0.1  # whole steps may overshoot a FLOP budget by at most this fraction

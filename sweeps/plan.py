@@ -234,7 +234,7 @@ def plan_rows(
             PlanRow(
                 cfg.run_id,
                 run.size.name,
-                run.variant,
+                run.variant + (" trunk" if run.role == "trunk" else ""),
                 cfg.model.effective_n_blocks if cfg.model.residual == "block" else None,
                 cfg.train.lr,
                 cfg.train.seed,

@@ -338,9 +338,44 @@ def executor_for(submitit: Any, folder: Path, res: SlurmResources, name: str) ->
     return executor
 
 
+def _submit_group(
+    submitit: Any,
+    folder: Path,
+    res: SlurmResources,
+    runs: list,
+    cfgs: list[RunConfig],
+    results: str | Path,
+    sweep: str,
+    submitted: list[tuple[Any, str]],
+    log: Callable[[str], None],
+    dependency: str | None = None,
+) -> list[str]:
+    """One job array of runs with the same resources (after ``dependency``, an sbatch --dependency); its job ids."""
+    from attnres.training.run import run_dir_for
+
+    dirs = [str(run_dir_for(cfg, results).resolve()) for cfg in cfgs]
+    executor = executor_for(submitit, folder, res, sweep)
+    if dependency:
+        executor.update_parameters(
+            slurm_additional_parameters={**executor.parameters["additional_parameters"], "dependency": dependency}
+        )
+    jobs = executor.map_array(train_task, cfgs, dirs)
+    for run, job, run_dir in zip(runs, jobs, dirs):
+        _record(Path(run_dir), job, folder)
+        submitted.append((run, str(job.job_id)))
+    arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
+    what = f"{len(jobs)} runs as job array {', '.join(arrays)}" if len(jobs) > 1 else f"1 run as job {jobs[0].job_id}"
+    log(
+        f"submitted {what} ({res.nodes} node(s) x {res.tasks} task(s), "
+        f"{res.gpus_per_node} GPU(s)/node, {res.cpus_per_task} CPU(s)/task, {res.time_min} min, at most "
+        f"{res.array_parallelism} at once)" + (f", after {dependency}" if dependency else "")
+    )
+    return arrays
+
+
 def submit(planned: list, results: str | Path, sweep: str, log: Callable[[str], None] = print) -> list[tuple[Any, str]]:
     """Submit planned runs (:class:`sweeps.grid.PlannedRun`) as job arrays; return (run, job id) pairs."""
-    groups = slurm_groups(planned)  # validate everything before the first sbatch
+    slurm_groups(planned)  # validate everything before the first sbatch
     if not slurm_available():
         raise ConfigError(
             "the SLURM launcher needs sbatch and squeue on PATH (run it on a cluster login node), or use --launcher "
@@ -351,24 +386,15 @@ def submit(planned: list, results: str | Path, sweep: str, log: Callable[[str], 
     except ModuleNotFoundError:
         raise ConfigError("the SLURM launcher needs submitit: pip install -e '.[slurm]'") from None
 
-    from attnres.training.run import run_dir_for
-
     folder = Path(results).resolve() / sweep / SUBMITIT_DIR
     submitted: list[tuple[Any, str]] = []
-    for res, runs, cfgs in groups:
-        dirs = [str(run_dir_for(cfg, results).resolve()) for cfg in cfgs]
-        executor = executor_for(submitit, folder, res, sweep)
-        jobs = executor.map_array(train_task, cfgs, dirs)
-        for run, job, run_dir in zip(runs, jobs, dirs):
-            _record(Path(run_dir), job, folder)
-            submitted.append((run, str(job.job_id)))
-        arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
-        what = (
-            f"{len(jobs)} runs as job array {', '.join(arrays)}" if len(jobs) > 1 else f"1 run as job {jobs[0].job_id}"
-        )
-        log(
-            f"submitted {what} ({res.nodes} node(s) x {res.tasks} task(s), "
-            f"{res.gpus_per_node} GPU(s)/node, {res.cpus_per_task} CPU(s)/task, {res.time_min} min, at most "
-            f"{res.array_parallelism} at once)"
-        )
+    # a grid's WSD trunks go first; their branches wait for them (afterany: a branch whose trunk failed trains
+    # from step 0), so that each branch starts from its trunk's checkpoint instead of redoing the shared steps
+    is_trunk = [getattr(r, "role", "run") == "trunk" for r in planned]
+    after: list[str] = []
+    for res, runs, cfgs in slurm_groups([r for r, t in zip(planned, is_trunk) if t]):
+        after += _submit_group(submitit, folder, res, runs, cfgs, results, sweep, submitted, log)
+    dependency = f"afterany:{':'.join(after)}" if after else None
+    for res, runs, cfgs in slurm_groups([r for r, t in zip(planned, is_trunk) if not t]):
+        _submit_group(submitit, folder, res, runs, cfgs, results, sweep, submitted, log, dependency)
     return submitted

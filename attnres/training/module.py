@@ -21,18 +21,21 @@ from attnres.config import RunConfig, TrainConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
 from attnres.model import AttnResLM
+from attnres.training.schedule import decay_start, warmup_steps
 
 DIAGNOSTIC_WINDOWS = 8  # validation windows the per-layer diagnostics are measured on
 
 
 def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> LRScheduler:
-    """Linear warm-up, then cosine decay to ``min_lr_ratio * lr`` (the paper's), or warm-up, stable, linear decay (WSD).
+    """Linear warm-up, then cosine decay to ``min_lr_ratio * lr`` (the paper's), warm-up, stable, linear decay
+    (WSD), or warm-up and the peak rate to the end (constant: a WSD trunk).
 
-    The learning rate of step k (0-based) is ``lr * (k + 1) / W`` during the W warm-up steps and reaches the
-    floor at the last step.
+    The learning rate of step k (0-based) is ``lr * (k + 1) / W`` during the W warm-up steps and, but for
+    constant, reaches the floor at the last step. A WSD branch and its trunk share W (``warmup_tokens``), so the
+    two schedules are the same up to the branch's :func:`decay_start`.
     """
     t = cfg.train
-    warmup = min(steps - 1, round(t.warmup_frac * steps))
+    warmup = warmup_steps(cfg, steps)
     rest = steps - warmup
     phases: list[tuple[LRScheduler, int]] = []
     if warmup > 0:
@@ -41,8 +44,10 @@ def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> L
         )
     if t.schedule == "cosine":
         phases.append((CosineAnnealingLR(opt, T_max=max(1, rest - 1), eta_min=t.min_lr_ratio * t.lr), rest))
+    elif t.schedule == "constant":
+        phases.append((ConstantLR(opt, factor=1.0, total_iters=rest), rest))
     else:
-        decay = min(rest, max(1, round(t.wsd_decay_frac * steps)))
+        decay = steps - decay_start(cfg, steps)
         if rest > decay:
             phases.append((ConstantLR(opt, factor=1.0, total_iters=rest - decay), rest - decay))
         phases.append(

@@ -31,6 +31,7 @@ from attnres.data.corpus import (
 from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
+from attnres.training.branches import BRANCH_START, branch_start, check_branch, keep_steps
 from attnres.training.trackers import build_tracker, check_tracker
 
 
@@ -123,6 +124,7 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
         if not uses_gpu(cfg.runtime):
             raise ConfigError("runtime.strategy=fsdp needs GPUs and none is visible here; use ddp on CPU")
     check_memory(cfg)
+    check_branch(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
     return corpus, run_budget(cfg)
@@ -144,7 +146,10 @@ def latest_checkpoint(run_dir: Path) -> str | None:
     """The newest resumable checkpoint: Lightning's last.ckpt or a SLURM pre-emption (hpc) checkpoint."""
     folder = run_dir / schema.CHECKPOINT_DIR
     candidates = [p for p in folder.glob("*.ckpt") if p.name == "last.ckpt" or p.name.startswith("hpc_ckpt")]
-    return str(max(candidates, key=lambda p: p.stat().st_mtime)) if candidates else None
+    if candidates:
+        return str(max(candidates, key=lambda p: p.stat().st_mtime))
+    start = folder / BRANCH_START  # a WSD branch's first checkpoint, from its trunk (attnres.training.branches)
+    return str(start) if start.is_file() else None
 
 
 SRUN_HINT = ".*The `srun` command is available on your system but is not used.*"
@@ -210,6 +215,8 @@ def train(
             schema.atomic_write_bytes(
                 run_dir / schema.DATA_FILE, json.dumps(data_record(cfg, corpus), indent=1).encode()
             )
+            if cfg.train.trunk_tokens is not None and latest_checkpoint(run_dir) is None:
+                branch_start(cfg, run_dir)
             locks.announce(run_dir, "train")
             return _fit(cfg, run_dir, corpus, budget, progress, callbacks)
     except RunBusy:
@@ -256,6 +263,7 @@ def _fit(
         save_on_train_epoch_end=False,
         enable_version_counter=False,
     )
+    kept = [keep_steps(run_dir, cfg.train.save_at_steps)] if cfg.train.save_at_steps else []
     trainer = L.Trainer(
         accelerator="gpu" if gpu else "cpu",
         devices=rt.devices,
@@ -271,7 +279,7 @@ def _fit(
         num_sanity_val_steps=0,
         logger=build_tracker(cfg, run_dir),
         log_every_n_steps=cfg.train.log_interval * accumulate,  # counted in micro-batches, like val_check_interval
-        callbacks=[logger, *callbacks, checkpoints],
+        callbacks=[logger, *callbacks, checkpoints, *kept],
         enable_progress_bar=rt.progress_bar if progress is None else progress,
         enable_model_summary=False,
         default_root_dir=run_dir / schema.CHECKPOINT_DIR,

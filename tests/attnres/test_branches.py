@@ -1,0 +1,72 @@
+"""WSD cooldown branches: a grid's trunk and branches, and a branch from its trunk equal to the branch from step 0."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from attnres.config import ConfigError
+from attnres.training.branches import TRUNK_SUFFIX, branch_step, trunk_of
+from attnres.training.run import train
+from sweeps import load_grid, run_grid
+from sweeps.grid import expand_runs
+
+GRID = {
+    "name": "wsd",
+    "defaults": {
+        "model": {"seq_len": 64},
+        "train": {"batch_size": 8, "micro_batch_size": 4, "eval_interval": 20, "eval_tokens": 4096, "warmup_frac": 0.1},
+        "runtime": {"threads": 2},
+    },
+    "ladder": {"depths": [2], "width_per_layer": 16, "head_dim": 16},
+    "budgets": [{"tokens": 12000}, {"tokens": 24000}],
+    "variants": ["block2"],
+    "seeds": [0],
+    "branches": {"decay_frac": 0.2},
+}
+
+
+def val_loss(run_dir) -> float:
+    metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    return float(metrics[metrics["split"] == "val"]["loss"].iloc[-1])
+
+
+def test_a_grid_with_branches_has_one_trunk_first_and_branches_sharing_its_warmup():
+    runs = expand_runs(load_grid(GRID))
+    assert [r.role for r in runs] == ["trunk", "branch", "branch"]
+    trunk, *branches = (r.cfg for r in runs)
+    assert trunk.sweep == "wsd" + TRUNK_SUFFIX and trunk.train.schedule == "constant"
+    assert {b.train.schedule for b in branches} == {"wsd"} and {b.sweep for b in branches} == {"wsd"}
+    assert len({c.train.warmup_tokens for c in runs_cfgs(runs)}) == 1  # one warm-up: 10 % of the longest branch
+    assert trunk.train.save_at_steps == tuple(sorted(branch_step(b) for b in branches))
+    assert all(trunk_of(b).run_id == trunk.run_id for b in branches)  # each branch finds its trunk
+    # the trunk runs up to the last branch's decay start: 80 % of the longest branch
+    assert trunk.train.tokens == branch_step(branches[-1]) * 8 * 64
+
+
+def runs_cfgs(runs):
+    return [r.cfg for r in runs]
+
+
+def test_a_branch_from_its_trunk_ends_where_the_branch_from_step_0_ends(tmp_path, capfd):
+    """The trunk's checkpoint at a branch's decay start (mid-run, under gradient accumulation, and the trunk's very
+    last step) continues to exactly the loss the branch reaches trained alone from step 0."""
+    summary = run_grid(load_grid(GRID), tmp_path / "res", progress=False)
+    assert summary.counts.get("done") == 3
+    for run in expand_runs(load_grid(GRID))[1:]:
+        branch_dir = tmp_path / "res" / run.cfg.sweep / run.cfg.run_id
+        log = (branch_dir / "train.log").read_text()
+        assert f"starting from its trunk's checkpoint at step {branch_step(run.cfg)}" in log
+        capfd.readouterr()
+        alone = train(run.cfg, tmp_path / "alone" / run.cfg.run_id, progress=False)
+        assert "no trunk checkpoint" in capfd.readouterr().err
+        assert alone.status == "done" and val_loss(branch_dir) == pytest.approx(alone.val_loss, rel=1e-6, abs=0)
+
+
+def test_branch_budgets_beyond_the_stable_trunk_are_refused():
+    with pytest.raises(ConfigError, match="beyond its stable trunk"):
+        expand_runs(load_grid({**GRID, "branches": {"stable": {"tokens": 5000}}}))
+    with pytest.raises(ConfigError, match="inside the 12-step warm-up it shares"):
+        expand_runs(load_grid({**GRID, "budgets": [{"tokens": 1024}, {"tokens": 60000}]}))
+    with pytest.raises(ConfigError, match="branches.decay_frac must be a fraction"):
+        load_grid({**GRID, "branches": {"decay_frac": 1.5}})
