@@ -25,6 +25,7 @@ from pathlib import Path
 
 from attnres.config import DataConfig
 from attnres.costs import run_budget
+from attnres.training.branches import branch_step
 from sweeps.claim import read_status
 from sweeps.grid import Grid, PlannedRun, expand_runs
 
@@ -218,7 +219,9 @@ def plan_rows(
             rate, source = rates[("*", kind)], "calibrated"
         else:
             rate, source = DEFAULT_FLOPS_PER_S[kind] * max(1, devices), "default"
-        total = budget.flops + eval_flops(run)
+        # a WSD branch trains only its decay; the steps before it are its trunk's (a row of its own)
+        own = budget.steps - branch_step(cfg) if run.role == "branch" else budget.steps
+        total = budget.flops * own / budget.steps + eval_flops(run)
         per_step = STEP_OVERHEAD_S[kind] if source == "default" else 0.0
         memory_gib = memory_problem = None
         if cfg.runtime.device_memory_gb is not None:
@@ -242,7 +245,7 @@ def plan_rows(
                 budget.tokens,
                 budget.steps,
                 budget.flops,
-                total / rate + OVERHEAD_S[kind] + per_step * budget.steps,
+                total / rate + OVERHEAD_S[kind] + per_step * own,
                 source,
                 status,
                 run.to_be_tuned,

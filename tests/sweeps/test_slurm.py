@@ -257,3 +257,24 @@ def test_tuning_on_slurm_completes_a_study_and_a_killed_tuner_job_resumes_its_tr
     study = optuna.load_study(study_name="slurmtune/L2-d32/baseline", storage=storage_for(grid, results, None))
     complete = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) >= 2 and {t.params["lr"] for t in complete} >= {study.get_trials()[0].params["lr"]}
+
+
+@pytest.mark.slow  # about 30 s (pytest -m slow runs it)
+def test_wsd_branches_on_slurm_wait_for_their_trunk_and_start_from_its_checkpoints(cluster, tmp_path):
+    """The trunks go first; the branches' array waits for them (afterany) and starts from the trunk's checkpoints."""
+    from sweeps.grid import expand_runs
+    from tests.attnres.test_branches import GRID
+
+    grid_file = tmp_path / "wsd.yaml"
+    grid_file.write_text(yaml.safe_dump({**GRID, "slurm": {"cpus_per_task": 1, "time_min": 10}}))
+    results = tmp_path / "results"
+    out = attnres(
+        cluster, "sweep", "run", str(grid_file), "--launcher", "slurm", "--results", str(results), "--wait",
+        "--poll", "1", "--timeout", "500",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "submitted 1 run as job" in out.stdout and ", after afterany:" in out.stdout
+    for run in expand_runs(load_grid(grid_file))[1:]:
+        run_dir = results / run.cfg.sweep / run.cfg.run_id
+        assert read_status(run_dir)["status"] == "done"
+        assert "starting from its trunk's checkpoint" in (run_dir / "train.log").read_text()
