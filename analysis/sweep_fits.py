@@ -65,6 +65,7 @@ from analysis.multiplier import (
 )
 from analysis.select import BUDGET_RTOL, SELECT_METHODS, isoflop_frontier, needs_frontier, select_points
 from analysis.sensitivity import Sensitivity, sweep_sensitivity
+from analysis.slices import slices
 from analysis.throughput import RATIO_HIGH, RATIO_LOW, implausible, read_side_by_side, side_by_side_by_shape
 
 FORMAT = "attnres-fit/1"
@@ -1036,14 +1037,16 @@ def fit_results(
     _check_variant_names(settings, runs[runs["sweep"].isin(names)], results.root)
     problems = [p for p in results.problems if _sweep_of(p) in names or _sweep_of(p) not in results.sweeps]
     unreadable = tuple(p for p in problems if p.unreadable)
-    # every sweep's points are chosen and checked before the first law is fitted: bad input is one error up front
-    prepared = [_prepare_sweep(runs[runs["sweep"] == name], name, settings) for name in names]
+    # every sweep's points are chosen and checked before the first law is fitted: bad input is one error up front;
+    # a sweep with several training lengths per size is fitted once per length (analysis.slices)
+    parts = [(name, label, part) for name in names for label, part in slices(name, runs[runs["sweep"] == name])]
+    prepared = [(name, part, _prepare_sweep(part, label, settings)) for name, label, part in parts]
     fitted = tuple(
         replace(
-            _fit_sweep(p, settings, _sweep_folders(results.root, runs[runs["sweep"] == p.sweep])),
-            unreadable=tuple(path.path for path in unreadable if _may_belong(path, p.sweep, results)),
+            _fit_sweep(p, settings, _sweep_folders(results.root, part)),
+            unreadable=tuple(path.path for path in unreadable if _may_belong(path, name, results)),
         )
-        for p in prepared
+        for name, part, p in prepared
     )
     return FitReport(
         results_dir=str(results.root),

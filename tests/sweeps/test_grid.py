@@ -51,11 +51,11 @@ def expand_shipped(name, tmp_path):
     return expand(grid, tmp_path)
 
 
-@pytest.mark.parametrize("name", ["smoke", "demo", "cpu_small", "cpu_lr", "paper", "block_size", "ablations"])
+@pytest.mark.parametrize("name", ["smoke", "demo", "cpu_small", "cpu_lr", "cpu_wsd", "paper", "block_size", "ablations"])
 def test_shipped_grids_load_and_expand_to_valid_runs(name, tmp_path):
     runs = expand_shipped(name, tmp_path)
     assert runs and all(isinstance(r, RunConfig) for r in runs)
-    assert {r.sweep for r in runs} == {name}
+    assert {r.sweep for r in runs} == {name} | ({name + "-trunk"} if load_grid(name).branches else set())
     assert len({r.run_id for r in runs}) == len(runs)
 
 
