@@ -277,4 +277,5 @@ def test_wsd_branches_on_slurm_wait_for_their_trunk_and_start_from_its_checkpoin
     for run in expand_runs(load_grid(grid_file))[1:]:
         run_dir = results / run.cfg.sweep / run.cfg.run_id
         assert read_status(run_dir)["status"] == "done"
-        assert "starting from its trunk's checkpoint" in (run_dir / "train.log").read_text()
+        (job,) = jobs_of(run_dir)
+        assert "starting from its trunk's checkpoint" in (run_dir / "slurm" / f"{job}.err").read_text()
