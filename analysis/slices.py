@@ -4,8 +4,8 @@ WSD branches (``branches:`` in a grid) or a size x budget grid give each size se
 parameter. Loss against compute across all of them mixes allocations (at one compute, a small model trained long
 and a large one trained briefly), which one power law in C does not describe. So such a sweep is fitted as one
 set of curves per ratio, each the paper's design (one budget per size, tokens proportional to parameters), named
-``<sweep>@<r>tpp``; how M moves with the ratio is then read across them. (Its Chinchilla surface, fitted on all of a
-variant's points where N and D vary independently, stays with each slice's curves.)
+``<sweep>@<r>tpp``; how M moves with the ratio is then read across them. (Within a slice N and D move together, so
+no Chinchilla surface is fitted there; one over all of a sweep's (N, D) points is not fitted yet.)
 """
 
 from __future__ import annotations
