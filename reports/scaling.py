@@ -330,7 +330,9 @@ def _local_points(ax: Any, m: Any, color: Any, level: int, highs: list[float], l
     vals = np.array([e.value for _, e in local])
     lo = np.array([e.low for _, e in local])
     hi = np.array([e.high for _, e in local])
+    # a percentile interval need not contain its point estimate (a local law refitted on resampled seeds)
     yerr = np.vstack([np.where(np.isfinite(lo), vals - lo, 0.0), np.where(np.isfinite(hi), hi - vals, 0.0)])
+    yerr = np.clip(yerr, 0.0, None)
     what = f"{level}% CI" if level else NO_INTERVAL
     ax.errorbar(
         xs, vals, yerr=yerr, fmt=variant_marker(m.variant), color=color, mfc="white", mec=color, ms=5.0, capsize=2.0,
