@@ -51,7 +51,9 @@ def expand_shipped(name, tmp_path):
     return expand(grid, tmp_path)
 
 
-@pytest.mark.parametrize("name", ["smoke", "demo", "cpu_small", "cpu_lr", "cpu_wsd", "paper", "block_size", "ablations"])
+@pytest.mark.parametrize(
+    "name", ["smoke", "demo", "cpu_small", "cpu_lr", "cpu_wsd", "paper", "block_size", "ablations"]
+)
 def test_shipped_grids_load_and_expand_to_valid_runs(name, tmp_path):
     runs = expand_shipped(name, tmp_path)
     assert runs and all(isinstance(r, RunConfig) for r in runs)
