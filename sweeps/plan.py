@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,6 +200,11 @@ def plan_rows(
 ) -> list[PlanRow]:
     rows = []
     data = {cfg: data_summary(cfg) for cfg in {run.cfg.data for run in runs}}
+    shapes = {run.cfg.model for run in runs if run.cfg.runtime.device_memory_gb is not None}
+    if len(shapes) > 2:  # a second or more each: say so, rather than seem to hang
+        print(
+            f"estimating the memory of {len(shapes)} model shapes (a simulated training step each) ...", file=sys.stderr
+        )
     for run in runs:
         cfg = run.cfg
         budget = run_budget(cfg)
