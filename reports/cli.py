@@ -83,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"      {summary.report_html}")
     if summary.headline:
         print("headline (effective compute multiplier over the baseline at the largest budget):")
+        several = len({h.sweep for h in summary.headline}) > 1  # e.g. one per training length (analysis.slices)
         for h in summary.headline:
-            print(f"  {h.text()}")
+            print(f"  {h.sweep}: {h.text()}" if several else f"  {h.text()}")
     else:
         print("no multiplier could be computed (see report.md)")
     for s in summary.skipped:

@@ -45,9 +45,20 @@ def sweep_runs(runs: pd.DataFrame, sweep: str | None) -> tuple[pd.DataFrame, str
         sweep = names[0] if names else None
         return runs, sweep
     out = runs[runs["sweep"].astype(str) == sweep]
+    if out.empty and "@" in sweep:  # one training length of a sweep that has several (analysis.slices)
+        out = _slice(runs, sweep)
     if out.empty:
         raise MissingData(f"no runs in sweep {sweep!r}")
     return out, sweep
+
+
+def _slice(runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The runs of ``<sweep>@<r>tpp``, as :func:`analysis.slices.slices` cut them (empty if it did not)."""
+    from analysis.slices import slices
+
+    base = name.rsplit("@", 1)[0]
+    parts = dict(slices(base, runs[runs["sweep"].astype(str) == base]))
+    return parts.get(name, runs.iloc[0:0])
 
 
 def table_rows(table: pd.DataFrame | None, sweep: str | None) -> pd.DataFrame:
@@ -56,7 +67,10 @@ def table_rows(table: pd.DataFrame | None, sweep: str | None) -> pd.DataFrame:
         return pd.DataFrame() if table is None else table
     if sweep is None or "sweep" not in table.columns:
         return table
-    return table[table["sweep"].astype(str) == sweep]
+    rows = table[table["sweep"].astype(str) == sweep]
+    if rows.empty and "@" in sweep:  # a slice (analysis.slices): its sweep's rows; the figures pick runs by run_id
+        rows = table[table["sweep"].astype(str) == sweep.rsplit("@", 1)[0]]
+    return rows
 
 
 def select(runs: pd.DataFrame, method: str = "mean") -> pd.DataFrame:

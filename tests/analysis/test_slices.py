@@ -34,3 +34,12 @@ def test_one_budget_per_size_or_too_few_sizes_per_ratio_stays_whole():
     assert [name for name, _ in slices("study", two_sizes)] == ["study"]
     isoflop = runs_of({(4, 32): [16], (5, 40): [8], (6, 48): [4]})  # one ratio per size
     assert [name for name, _ in slices("study", isoflop)] == ["study"]
+
+
+def test_the_report_finds_a_slices_runs_by_its_name():
+    from reports.data import sweep_runs
+
+    runs = runs_of({(4, 32): [2, 4], (5, 40): [2, 4], (6, 48): [2, 4]}).assign(sweep="study")
+    part, name = sweep_runs(runs, "study@4tpp")
+    assert name == "study@4tpp" and len(part) == 6
+    assert (part["tokens"] / part["params"]).round().unique().tolist() == [4]
