@@ -57,7 +57,10 @@ def _slice(runs: pd.DataFrame, name: str) -> pd.DataFrame:
     from analysis.slices import slices
 
     base = name.rsplit("@", 1)[0]
-    parts = dict(slices(base, runs[runs["sweep"].astype(str) == base]))
+    of_base = runs[runs["sweep"].astype(str) == base]
+    parts = dict(slices(base, of_base))
+    if len(parts) == 1 and base in parts:  # already one slice's runs (a second lookup by the same figure)
+        return of_base
     return parts.get(name, runs.iloc[0:0])
 
 
