@@ -8,6 +8,10 @@ from __future__ import annotations
 import argparse
 
 
+def _launcher_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local", help=help)
+
+
 def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> None:
     from sweeps.grid import shipped_grids
 
@@ -45,12 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "plan", help="the table of runs, with params, tokens, FLOPs and estimated time; trains nothing"
     )
     _grid_arguments(plan)
-    plan.add_argument(
-        "--launcher",
-        choices=("local", "slurm"),
-        default="local",
-        help="estimate for this launcher's devices (default: local)",
-    )
+    _launcher_argument(plan, "estimate for this launcher's devices (default: local)")
     plan.add_argument(
         "--flops-per-s",
         type=float,
@@ -61,12 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     run = commands.add_parser("run", help="train every unfinished run of the grid (locally or as SLURM job arrays)")
     _grid_arguments(run)
-    run.add_argument(
-        "--launcher",
-        choices=("local", "slurm"),
-        default="local",
-        help="local worker processes, or SLURM via submitit (default: local)",
-    )
+    _launcher_argument(run, "local worker processes, or SLURM via submitit (default: local)")
     run.add_argument("--workers", type=int, default=1, help="local: runs trained at the same time (default: 1)")
     run.add_argument("--threads", type=int, help="local: torch threads per worker (default: CPU cores // workers)")
     run.add_argument(
@@ -123,11 +117,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: RESULTS/<sweep>-tune/optuna.journal)",
     )
     tune.add_argument("--threads", type=int, help="torch threads (default: all CPU cores; SLURM: the grid's cpus)")
-    tune.add_argument(
-        "--launcher",
-        choices=("local", "slurm"),
-        default="local",
-        help="local: tune here; slurm: --workers tuners as a job array sharing the storage (default: local)",
+    _launcher_argument(
+        tune, "local: tune here; slurm: --workers tuners as a job array sharing the storage (default: local)"
     )
     tune.add_argument("--workers", type=int, default=2, help="SLURM: tuners to submit (default 2)")
     tune.add_argument("--wait", action="store_true", help="SLURM: wait until the tuners have finished")

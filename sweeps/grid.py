@@ -699,9 +699,8 @@ def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
     groups: dict[tuple, list[PlannedRun]] = {}
     for run in runs:
         groups.setdefault((run.size.name, run.variant, run.cfg.train.lr, run.cfg.train.seed), []).append(run)
-    position = {id(run): i for i, run in enumerate(runs)}  # branches keep the grid's order
     trunks: dict[str, list[PlannedRun]] = {}
-    branches: dict[str, list[tuple[int, PlannedRun]]] = {}
+    branch_of: dict[int, PlannedRun] = {}  # id of the plain run -> its branch (branches keep the grid's order)
     for group in groups.values():
         first = group[0].cfg
         longest = max(run_budget(r.cfg).tokens for r in group)
@@ -713,7 +712,6 @@ def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
             )
             made.append(dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, train=train), role="branch"))
         starts = sorted({branch_step(r.cfg) for r in made})
-        batch_tokens = first.train.batch_size * first.model.seq_len
         if spec.stable is not None:
             params = size_params(grid, group[0].size)
             stable = dataclasses.replace(
@@ -721,7 +719,7 @@ def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
             )
             trunk_tokens = run_budget(stable).tokens
         else:
-            trunk_tokens = starts[-1] * batch_tokens
+            trunk_tokens = starts[-1] * run_budget(first).batch_tokens
         for i, run in enumerate(made):
             train = dataclasses.replace(run.cfg.train, trunk_tokens=trunk_tokens)
             made[i] = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, train=train))
@@ -737,10 +735,10 @@ def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
         trunks.setdefault(group[0].size.name, []).append(
             dataclasses.replace(group[0], cfg=trunk, budget=budget, role="trunk")
         )
-        branches.setdefault(group[0].size.name, []).extend((position[id(r)], b) for r, b in zip(group, made))
+        branch_of.update((id(r), b) for r, b in zip(group, made))
     ordered = []
-    for size in dict.fromkeys(r.size.name for r in runs):
-        ordered += trunks[size] + [b for _, b in sorted(branches[size], key=lambda pair: pair[0])]
+    for size in trunks:
+        ordered += trunks[size] + [branch_of[id(r)] for r in runs if r.size.name == size]
     return ordered
 
 

@@ -231,10 +231,10 @@ def plan_rows(
         per_step = STEP_OVERHEAD_S[kind] if source == "default" else 0.0
         memory_gib = memory_problem = None
         if cfg.runtime.device_memory_gb is not None:
-            from attnres.training.memory import estimate, fit_problem
+            from attnres.training.memory import check_fit, problem_text
 
-            memory_gib = estimate(cfg, kind == "gpu", max(1, devices)).peak_gib
-            memory_problem = fit_problem(cfg, kind == "gpu", max(1, devices))
+            fit = check_fit(cfg, kind == "gpu", max(1, devices), cfg.runtime.device_memory_gb)
+            memory_gib, memory_problem = fit.estimate.peak_gib, problem_text(cfg, fit)
         status = None
         if results is not None and not run.to_be_tuned:
             row = read_status(Path(results) / cfg.sweep / cfg.run_id)

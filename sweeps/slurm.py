@@ -303,8 +303,9 @@ def slurm_groups(planned: list) -> list[tuple[SlurmResources, list, list[RunConf
     return list(groups.values())
 
 
-def executor_for(submitit: Any, folder: Path, res: SlurmResources, name: str) -> Any:
-    """A submitit executor with a run's resources (one per array task): what sweep runs and tuners share."""
+def executor_for(submitit: Any, folder: Path, res: SlurmResources, name: str, dependency: str | None = None) -> Any:
+    """A submitit executor with a run's resources (one per array task): what sweep runs and tuners share.
+    ``dependency``: an sbatch --dependency (a grid's WSD branches wait for their trunks)."""
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_python=res.python)
     params: dict[str, Any] = {
         "name": name,
@@ -320,6 +321,7 @@ def executor_for(submitit: Any, folder: Path, res: SlurmResources, name: str) ->
             "signal": f"USR1@{res.signal_delay_s}",
             "requeue": True,
             **({"mem": "0"} if res.mem_gb == 0 else {}),  # --mem=0: all of the node's memory
+            **({"dependency": dependency} if dependency else {}),
             **dict(res.additional),
         },
     }
@@ -354,11 +356,7 @@ def _submit_group(
     from attnres.training.run import run_dir_for
 
     dirs = [str(run_dir_for(cfg, results).resolve()) for cfg in cfgs]
-    executor = executor_for(submitit, folder, res, sweep)
-    if dependency:
-        executor.update_parameters(
-            slurm_additional_parameters={**executor.parameters["additional_parameters"], "dependency": dependency}
-        )
+    executor = executor_for(submitit, folder, res, sweep, dependency)
     jobs = executor.map_array(train_task, cfgs, dirs)
     for run, job, run_dir in zip(runs, jobs, dirs):
         _record(Path(run_dir), job, folder)

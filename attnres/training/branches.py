@@ -60,6 +60,7 @@ def branch_step(cfg: RunConfig) -> int:
 def check_branch(cfg: RunConfig) -> None:
     """A branch whose decay would start beyond its trunk's end, or inside the warm-up: one clear error."""
     from attnres.config import ConfigError
+    from attnres.training.schedule import requested_warmup
 
     if cfg.train.trunk_tokens is None:
         return
@@ -73,7 +74,7 @@ def check_branch(cfg: RunConfig) -> None:
         )
     # the shared warm-up, not clipped to this branch's steps: the branch's schedule equals its trunk's only if its
     # decay begins after the warm-up both share
-    warmup = round((cfg.train.warmup_tokens or 0) / budget.batch_tokens)
+    warmup = requested_warmup(cfg, budget.steps) if cfg.train.warmup_tokens is not None else 0
     if start < warmup:
         raise ConfigError(
             f"{cfg.run_id}: this WSD branch ({budget.tokens:,} tokens) would start its decay at step {start}, inside "

@@ -229,12 +229,16 @@ def _describe(own: MemoryEstimate, found: MemoryEstimate) -> str:
 
 def fit_problem(cfg: RunConfig, gpu: bool, devices: int) -> str | None:
     """Why ``cfg`` will not fit its ``runtime.device_memory_gb`` and what would (None: it fits, or no memory is set)."""
-    memory_gib = cfg.runtime.device_memory_gb
-    if memory_gib is None:
+    if cfg.runtime.device_memory_gb is None:
         return None
-    fit = check_fit(cfg, gpu, devices, memory_gib)
+    return problem_text(cfg, check_fit(cfg, gpu, devices, cfg.runtime.device_memory_gb))
+
+
+def problem_text(cfg: RunConfig, fit: Fit) -> str | None:
+    """The sentence for a run that does not fit (None: it fits): what it needs, and what would fit."""
     if fit.fits:
         return None
+    memory_gib = cfg.runtime.device_memory_gb
     needs = (
         f"{cfg.run_id} needs ~{fit.estimate.peak_text} per device at micro-batch {fit.estimate.rows} "
         f"(checkpointing {fit.estimate.checkpointing}), more than {HEADROOM:.0%} of runtime.device_memory_gb="

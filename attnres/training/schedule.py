@@ -8,15 +8,17 @@ from __future__ import annotations
 from attnres.config import RunConfig
 
 
-def warmup_steps(cfg: RunConfig, steps: int) -> int:
-    """Linear warm-up steps: ``train.warmup_tokens`` in whole steps, else ``warmup_frac`` of the steps (at most
-    steps - 1)."""
+def requested_warmup(cfg: RunConfig, steps: int) -> int:
+    """The warm-up asked for, in steps: ``train.warmup_tokens`` in whole steps, else ``warmup_frac`` of the steps."""
     t = cfg.train
     if t.warmup_tokens is not None:
-        warmup = round(t.warmup_tokens / (t.batch_size * cfg.model.seq_len))
-    else:
-        warmup = round(t.warmup_frac * steps)
-    return min(steps - 1, warmup)
+        return round(t.warmup_tokens / (t.batch_size * cfg.model.seq_len))
+    return round(t.warmup_frac * steps)
+
+
+def warmup_steps(cfg: RunConfig, steps: int) -> int:
+    """Linear warm-up steps: :func:`requested_warmup`, at most steps - 1."""
+    return min(steps - 1, requested_warmup(cfg, steps))
 
 
 def decay_start(cfg: RunConfig, steps: int) -> int:
