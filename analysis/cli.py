@@ -60,13 +60,13 @@ def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     )
     parser.add_argument(
         "--interval",
-        default="seeds",
+        default="budgets",
         choices=["budgets", "seeds"],
         help=(
-            "how the bootstrap makes a replicate: seeds (default for now: the seeds at each budget only; too narrow "
-            "when the points stray from the law, and then marked unreliable) or budgets (each budget's deviation "
-            "from the law, with its seed noise, resampled over budgets, the same budget for every variant; "
-            "see docs/analysis.md for its coverage)"
+            "how the bootstrap makes a replicate: budgets (default: each budget's deviation from the law, with its "
+            "seed noise, resampled over budgets, the same budget for every variant; calibrated by the coverage "
+            "study of docs/analysis.md) or seeds (the seeds at each budget only; too narrow when the points stray "
+            "from the law, and then marked unreliable)"
         ),
     )
     parser.add_argument("--sweep", action="append", default=None, help="only this sweep (repeatable; default: all)")
