@@ -26,7 +26,7 @@ Pure numpy; never imports torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,7 +221,7 @@ def run_study(
             thetas[c.label], oks[c.label] = _refit(fit.model, fit.theta, y_fit, None, delta)
             y_points[c.label], y_fits[c.label] = y_pt, y_fit
         study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points)
-        _add_joint(study, curves, y_fits, joint, n_starts)
+        _add_joint(study, curves, joint, n_starts, lambda jf: np.concatenate([y_fits[c.label] for c in curves], axis=1))
     return study
 
 
@@ -234,8 +234,11 @@ def _fit_missing(
             fits[c.label] = fit_curve(c.compute, c.loss, form, delta, n_starts)
 
 
-def _add_joint(study: Study, curves: Sequence[CurveData], y_fits: dict, joint: bool, n_starts: int) -> None:
-    """The joint fit with a shared exponent (and its replicates, refitted on the curves' resampled points)."""
+def _add_joint(
+    study: Study, curves: Sequence[CurveData], joint: bool, n_starts: int, replicate: Callable[[CurveFit], np.ndarray]
+) -> None:
+    """The joint fit with a shared exponent, and its replicates: refitted on ``replicate(joint_fit)``, the (B, n)
+    resampled log losses of all curves' points in the joint fit's order."""
     if not (joint and len(curves) >= 2):
         return
     labels = tuple(c.label for c in curves)
@@ -244,8 +247,9 @@ def _add_joint(study: Study, curves: Sequence[CurveData], y_fits: dict, joint: b
     )
     study.joint_labels = labels
     if study.n_boot > 0:
-        y_star = np.concatenate([y_fits[lab] for lab in labels], axis=1)
-        study.joint_theta, study.joint_ok = _refit(study.joint.model, study.joint.theta, y_star, None, study.delta)
+        study.joint_theta, study.joint_ok = _refit(
+            study.joint.model, study.joint.theta, replicate(study.joint), None, study.delta
+        )
 
 
 def _run_budget_study(
@@ -280,22 +284,20 @@ def _run_budget_study(
             thetas[c.label], oks[c.label] = _refit(fit.model, fit.theta, fit.fitted + draws, None, delta)
             y_points[c.label] = fit.y + draws
         study = Study(form, delta, level, n_boot, data, fits, thetas, oks, y_points, interval=BUDGETS)
-        if joint and len(curves) >= 2:
-            labels = tuple(c.label for c in curves)
-            study.joint = fit_joint_curves([c.compute for c in curves], [c.loss for c in curves], form, delta, n_starts)
-            study.joint_labels = labels
-            if n_boot > 0:
-                jf = study.joint
-                _, jac = jf.model.predict(jf.theta[None], jac=True)
-                resid = modified_residuals(jf.y - jf.fitted, jac[0])
-                parts = []
-                for g, lab in enumerate(labels):
-                    idx = np.flatnonzero(jf.model.group == g)
-                    r = resid[idx] - resid[idx].mean()
-                    parts.append(r[picks[lab]])
-                y_star = jf.fitted + np.concatenate(parts, axis=1)
-                study.joint_theta, study.joint_ok = _refit(jf.model, jf.theta, y_star, None, delta)
+        _add_joint(study, curves, joint, n_starts, lambda jf: _joint_budget_draws(jf, curves, picks))
     return study
+
+
+def _joint_budget_draws(jf: CurveFit, curves: Sequence[CurveData], picks: dict[str, np.ndarray]) -> np.ndarray:
+    """(B, n) replicates of the joint fit: its fitted values plus its own residuals (leverage-corrected, centred
+    per curve), each curve's drawn at the budgets ``picks`` drew for that curve's own fit."""
+    _, jac = jf.model.predict(jf.theta[None], jac=True)
+    resid = modified_residuals(jf.y - jf.fitted, jac[0])
+    parts = []
+    for g, c in enumerate(curves):
+        r = resid[jf.model.group == g]
+        parts.append((r - r.mean())[picks[c.label]])
+    return jf.fitted + np.concatenate(parts, axis=1)
 
 
 def _budget_picks(
