@@ -42,7 +42,8 @@ from attnres.variants import Variant
 
 GRID_DIR = Path(__file__).resolve().parent
 TOP_KEYS = (
-    "name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune", "branches"
+    "name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune", "branches",
+    "reuse",
 )  # fmt: skip
 BUDGET_KINDS = ("tokens_per_param", "tokens", "flops")
 TUNED = ("tuned", "tuned-baseline", "tuned-per-variant")  # the tuning protocols (sweeps/tuned_values.py)
@@ -175,6 +176,7 @@ class Grid:
     tune: TuneSpec
     overrides: tuple[str, ...] = ()
     branches: BranchSpec | None = None
+    reuse: tuple[str, ...] = ()  # sweeps whose finished runs of equal run id are copied (sweeps/reuse.py)
 
     @property
     def label(self) -> str:
@@ -345,6 +347,7 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
     check_resources(slurm, "slurm.")
     tune = _parse_tune(data.get("tune") or {})
     branches = _parse_branches(data.get("branches"))
+    reuse = _parse_reuse(data.get("reuse"), name)
     return Grid(
         name=name,
         path=path,
@@ -359,6 +362,7 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
         tune=tune,
         overrides=overrides,
         branches=branches,
+        reuse=reuse,
     )
 
 
@@ -412,6 +416,19 @@ def _parse_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, 
     if repeated:
         raise ConfigError(f"ladder: size {repeated[0]} appears {names[repeated[0]]} times; list every size once")
     return tuple(sizes)
+
+
+def _parse_reuse(value: Any, name: str) -> tuple[str, ...]:
+    """``reuse: [sweep, ...]``: other sweeps of the same results folder whose finished runs this grid takes."""
+    if value is None:
+        return ()
+    names = tuple(str(v) for v in _as_list(value))
+    for other in names:
+        if not other or not all(c.isalnum() or c in "-_." for c in other):
+            raise ConfigError(f"reuse: {other!r} is not a sweep name (letters, digits, '-', '_' or '.')")
+        if other == name:
+            raise ConfigError(f"reuse: {other!r} is this grid's own sweep; name other sweeps, e.g. reuse: [cpu_wsd]")
+    return names
 
 
 def _parse_branches(value: Any) -> BranchSpec | None:
@@ -790,7 +807,7 @@ def expand_runs(grid: Grid, results: str | Path | None = None, untuned_ok: bool 
 
         results = results if results is not None else "results"
         try:
-            tuned = read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results))
+            tuned = read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results), grid.name, results)
         except TunedValuesMissing:
             if not untuned_ok:
                 raise

@@ -54,6 +54,18 @@ def check_memory(planned: list[PlannedRun], launcher: str) -> None:
         )
 
 
+def reuse_runs(grid: Grid, planned: list[PlannedRun], results_dir: str | Path, log: Callable[[str], None]) -> None:
+    """``reuse:``: copy the runs finished under the grid's other sweeps before anything is trained here."""
+    if not grid.reuse:
+        return
+    from sweeps.reuse import reuse_finished
+
+    copied = reuse_finished([r.cfg for r in planned], results_dir, grid.name, grid.reuse)
+    if copied:
+        sources = sorted({source for _, source in copied})
+        log(f"reuse: copied {len(copied)} finished run(s) with the same run id from {', '.join(sources)}")
+
+
 def run_grid(
     grid_or_path: Grid | str | Path,
     results_dir: str | Path,
@@ -72,6 +84,7 @@ def run_grid(
     planned = expand_runs(grid, results_dir)
     check_data(planned)
     check_memory(planned, "local")
+    reuse_runs(grid, planned, results_dir, log)
     return run_local(
         [r.cfg for r in planned],
         results_dir,
@@ -103,6 +116,7 @@ def submit_grid(
     planned = expand_runs(grid, results_dir)
     check_data(planned)
     check_memory(planned, "slurm")
+    reuse_runs(grid, planned, results_dir, log)
     states = sweep_status(planned, results_dir)
     # not finished, not being trained, and no live SLURM job for it (pending or requeued)
     todo = [

@@ -33,9 +33,12 @@ class TunedValuesMissing(ConfigError):
     """A grid with ``lr: tuned`` whose tuned file does not exist yet (``attnres tune`` has not run)."""
 
 
-def read_tuned(path: Path, lr: str, command: str) -> dict[str, Any]:
+def read_tuned(
+    path: Path, lr: str, command: str, owner: str | None = None, results: str | Path = "results"
+) -> dict[str, Any]:
     """The tuned file at ``path`` (a grid's ``tuned_file``, for its ``lr`` setting); a :class:`ConfigError` naming
-    ``command`` (the ``attnres tune`` that writes it) if it is missing or unreadable."""
+    ``command`` (the ``attnres tune`` that writes it) if it is missing or unreadable. ``owner``: the reading grid's
+    name; a file another grid's tuning wrote names that grid's ``attnres tune`` in later errors instead."""
     import yaml
 
     hint = f"run `{command}` first (or set lr to a value)"
@@ -47,6 +50,8 @@ def read_tuned(path: Path, lr: str, command: str) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid YAML ({err}); {hint}") from None
     if not isinstance(data.get("sizes"), Mapping):
         raise ConfigError(f"{path} has no sizes: section; {hint}")
+    if owner and data.get("sweep") not in (None, owner):  # another grid's tuning writes it (check_writer)
+        hint = f"tune them with `attnres tune {data['sweep']} --results {results} --variants ...` first"
     return {**data, "_path": str(path), "_hint": hint}
 
 
@@ -77,6 +82,23 @@ def _locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def check_writer(path: str | Path, sweep: str) -> None:
+    """A tuned file written by another grid's tuning (a grid whose ``tune.file`` reads it, as the per-variant
+    protocol's ``cpu_wsd_pv`` reads ``cpu_wsd``'s) is that grid's to tune: a :class:`ConfigError` before any trial."""
+    import yaml
+
+    path = Path(path)
+    try:
+        owner = (yaml.safe_load(path.read_text()) or {}).get("sweep") if path.is_file() else None
+    except yaml.YAMLError:
+        return  # read_tuned names the problem
+    if owner not in (None, sweep):
+        raise ConfigError(
+            f"{path} holds the tuned values of grid {owner!r}; this grid ({sweep!r}) only reads it (tune.file). "
+            f"Tune with `attnres tune {owner} ...`, or give this grid a tuned file of its own"
+        )
 
 
 def write_tuned(path: str | Path, sweep: str, size: str, variant: str, values: Mapping[str, Any]) -> None:

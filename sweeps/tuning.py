@@ -33,7 +33,7 @@ from typing import Any
 from attnres.config import ConfigError
 from attnres.storage import locks
 from sweeps.grid import Grid, Size, make_run, variant_labels
-from sweeps.tuned_values import write_tuned
+from sweeps.tuned_values import check_writer, write_tuned
 
 
 def storage_for(grid: Grid, results: str | Path, storage: str | None) -> Any:
@@ -134,6 +134,7 @@ def tune(
             f"{grid.label}: tune.budget is missing; add e.g. tune: {{budget: {{tokens_per_param: 2}}}} (a short budget)"
         )
     chosen = _chosen_sizes(grid, sizes)
+    check_writer(grid.tuned_file(results), grid.name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     store = storage_for(grid, results, storage)
