@@ -248,6 +248,10 @@ class ChinchillaFit:
     n_boot: int
     n_boot_failed: int
     seed: int
+    # E, A, B, alpha, beta of every bootstrap replicate (nan where a refit failed), in draw order: every surface
+    # fitted to the same number of points with the same seed drew the same points, which pairs the replicates of
+    # two curves whose points are the same cells in the same order (analysis.frontier). Not written to fit.json.
+    replicates: Mapping[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_points(self) -> int:
@@ -968,6 +972,7 @@ def fit_chinchilla(
     y = np.log(l)
     model = _ChinchillaModel(np.log(n), np.log(d), y)
     samples: dict[str, np.ndarray | None] = dict.fromkeys(("E", "A", "B", "alpha", "beta"))
+    replicates = None
     failed = 0
     with single_threaded_blas():
         sol = _minimize(model, y, None, delta, n_starts)
@@ -978,7 +983,8 @@ def fit_chinchilla(
             np.add.at(counts, (np.arange(n_boot)[:, None], picks), 1.0)
             theta, ok = _refit(model, sol.theta, y, counts, delta)
             failed = int((~ok).sum())
-            samples = model.params(theta[ok])
+            replicates = {k: np.where(ok, v, np.nan) for k, v in model.params(theta).items()}
+            samples = {k: v[ok] for k, v in replicates.items()}
     law = model.law(sol.theta)
     values = {"E": law.E, "A": law.A, "B": law.B, "alpha": law.alpha, "beta": law.beta}
     df = y.size - 5
@@ -997,4 +1003,6 @@ def fit_chinchilla(
         n_boot=n_boot,
         n_boot_failed=failed,
         seed=seed,
+        replicates=replicates,
     )
+

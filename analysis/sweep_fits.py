@@ -45,6 +45,7 @@ from analysis.fit import (
     law_arrays,
     normalize_form,
 )
+from analysis.frontier import FrontierMultiplier, frontier_multipliers
 from analysis.load import Problem, Results, load_results
 from analysis.local import LocalMultiplier, local_multipliers
 from analysis.multiplier import (
@@ -431,6 +432,7 @@ class SweepFit:
     points: pd.DataFrame = field(repr=False, compare=False)
     unreadable: tuple[str, ...] = ()
     missing_seeds: tuple[MissingSeeds, ...] = ()
+    frontier_multipliers: tuple[FrontierMultiplier, ...] = ()  # M between the Chinchilla surfaces' frontiers
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:
@@ -462,7 +464,7 @@ class SweepFit:
                 "n_points": dict(self.joint.n_points),
                 "n_boot_failed": self.joint.n_boot_failed,
             }
-        return {
+        out = {
             "sweep": self.sweep,
             "complete": not self.unreadable,
             "unreadable": list(self.unreadable),
@@ -475,6 +477,9 @@ class SweepFit:
             "multipliers": [m.to_dict() for m in self.multipliers],
             "chinchilla": {lab: fit.to_dict() for lab, fit in self.chinchilla.items()},
         }
+        if self.frontier_multipliers:  # only where there are any: older fit.json files stay byte-identical
+            out["frontier_multipliers"] = [m.to_dict() for m in self.frontier_multipliers]
+        return out
 
 
 @dataclass(frozen=True)
@@ -648,9 +653,10 @@ def _fit_sweep(prepared: _Prepared, settings: FitSettings, folders: tuple[Path, 
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: _curves_under(p, other))
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     curves = [_curve_result(study, label, p.rows[label], settings, notes) for label in fitted]
-    chinchilla = {}
+    chinchilla, at_frontier = {}, []
     if settings.chinchilla and not p.points.empty:
         chinchilla = _chinchilla_fits(p.points, fitted, settings, notes)
+        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes)
     return SweepFit(
         p.sweep,
         p.conventions,
@@ -662,6 +668,46 @@ def _fit_sweep(prepared: _Prepared, settings: FitSettings, folders: tuple[Path, 
         tuple(notes),
         p.points,
         missing_seeds=p.missing_seeds,
+        frontier_multipliers=tuple(at_frontier),
+    )
+
+
+def _frontier_multipliers(
+    points: pd.DataFrame, chinchilla: Mapping[str, ChinchillaFit], settings: FitSettings, notes: list[str]
+) -> list[FrontierMultiplier]:
+    found, more = frontier_multipliers(points, chinchilla, settings.baseline, settings.level)
+    notes += more
+    return found
+
+
+def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> SweepFit:
+    """A sweep fitted once per ratio (:mod:`analysis.slices`), taken whole: each curve's (N, D) points as one
+    Chinchilla surface, and M between the surfaces' frontiers (:mod:`analysis.frontier`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its slices gave the points' warnings already
+        points = select_points(runs, method=settings.select)
+    conventions = tuple(sorted(runs.loc[runs["status"] == "done", "flops_convention"].dropna().astype(str).unique()))
+    notes = [
+        "every (size, budget) point of the sweep, each curve fitted as one Chinchilla surface L(N, D); the power "
+        f"laws in C are fitted per ratio ({sweep}@<r>tpp)"
+    ]
+    labels = sorted(points["curve"].unique()) if not points.empty else []
+    chinchilla = _chinchilla_fits(points, labels, settings, notes) if labels else {}
+    if not chinchilla:
+        notes.append("no Chinchilla surface could be fitted")
+    at_frontier = _frontier_multipliers(points, chinchilla, settings, notes)
+    return SweepFit(
+        sweep,
+        conventions,
+        False,
+        (),
+        None,
+        (),
+        chinchilla,
+        tuple(notes),
+        points,
+        missing_seeds=missing_seeds(points),
+        frontier_multipliers=tuple(at_frontier),
     )
 
 
@@ -1056,15 +1102,17 @@ def fit_results(
     unreadable = tuple(p for p in problems if p.unreadable)
     # every sweep's points are chosen and checked before the first law is fitted: bad input is one error up front;
     # a sweep with several training lengths per size is fitted once per length (analysis.slices)
-    parts = [(name, label, part) for name in names for label, part in slices(name, runs[runs["sweep"] == name])]
+    sliced = {name: slices(name, runs[runs["sweep"] == name]) for name in names}
+    parts = [(name, label, part) for name in names for label, part in sliced[name]]
     prepared = [(name, part, _prepare_sweep(part, label, settings)) for name, label, part in parts]
-    fitted = tuple(
-        replace(
-            _fit_sweep(p, settings, _sweep_folders(results.root, part)),
-            unreadable=tuple(path.path for path in unreadable if _may_belong(path, name, results)),
-        )
-        for name, part, p in prepared
-    )
+    fits = []
+    for i, (name, part, p) in enumerate(prepared):
+        belongs = tuple(path.path for path in unreadable if _may_belong(path, name, results))
+        fits.append(replace(_fit_sweep(p, settings, _sweep_folders(results.root, part)), unreadable=belongs))
+        last_slice = i + 1 == len(prepared) or prepared[i + 1][0] != name
+        if last_slice and len(sliced[name]) > 1 and settings.chinchilla:  # then the whole sweep as one surface
+            fits.append(replace(_surface_sweep(runs[runs["sweep"] == name], name, settings), unreadable=belongs))
+    fitted = tuple(fits)
     return FitReport(
         results_dir=str(results.root),
         inputs_hash=results.inputs_hash,

@@ -321,6 +321,34 @@ def chinchilla_table(sw: SweepFit, settings: FitSettings) -> FitTable:
     )
 
 
+def frontier_table(sw: SweepFit, settings: FitSettings) -> FitTable:
+    """One row per (variant, compute) of M between the Chinchilla surfaces' frontiers, with the optimal sizes."""
+    from analysis.frontier import NOT_CALIBRATED
+
+    rows = tuple(
+        (
+            m.variant,
+            f"{m.compute:.4g}",
+            m.M.text(),
+            f"{m.n_opt:.3g}",
+            f"{m.n_opt_baseline:.3g}",
+            m.edge or "-",
+        )
+        for m in sw.frontier_multipliers
+    )
+    what = (
+        "M at the compute-optimal frontier, C_baseline / C where the baseline's frontier reaches the variant's "
+        "frontier loss at C (the frontier: the best of the trained sizes at C on each curve's surface; "
+        f"{NOT_CALIBRATED})"
+    )
+    return FitTable(
+        ("variant", "C", "M [CI]", "N* variant", "N* baseline", "optimum at an edge"),
+        rows,
+        f"{what}:",
+        f"{what}; {intervals_text(settings)}:",
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The text of ``attnres fit``
 # ---------------------------------------------------------------------------------------------------------
@@ -419,6 +447,8 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
             out += [f"  {text.line}" for text in sensitivity_texts(sw)]
     if sw.chinchilla:
         out += _table_lines(chinchilla_table(sw, settings))
+    if sw.frontier_multipliers:
+        out += _table_lines(frontier_table(sw, settings))
     if sw.notes:
         out += ["", "  notes:", *(f"  - {n}" for n in sw.notes)]
     return out

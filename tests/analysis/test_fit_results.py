@@ -81,6 +81,10 @@ def test_isoflop_grid_uses_the_frontier_and_fits_the_chinchilla_surface(tmp_path
     surface = sweep.chinchilla["baseline"]
     for name in ("E", "A", "B", "alpha", "beta"):
         assert math.isclose(getattr(surface.law, name), getattr(law, name), rel_tol=1e-6), name
+    # the multiplier read between the surfaces' frontiers (analysis.frontier): exact where both optima are inside
+    inside = [f for f in sweep.frontier_multipliers if f.variant == "block" and not f.edge]
+    assert inside and all(abs(f.M.value / 1.25 - 1) < 0.005 for f in inside)
+    assert "frontier_multipliers" in sweep.to_dict()
 
 
 def test_pflops_days_rescale_compute_only(clean_tree):
