@@ -40,6 +40,7 @@ from analysis.tables import NO_INTERVAL, intervals_text, with_interval
 from reports.data import MissingData
 from reports.document import Block, Bullets, Heading, Image, Paragraph, Table, to_html, to_markdown
 from reports.folder import FILES_LIST, REPORT_FORMAT, build_into, check_report_folder
+from reports.protocols import comparison_blocks
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import Estimate, FitReport, Results, SweepFit
@@ -745,6 +746,10 @@ class _Builder:
                     "form, Huber delta, seed aggregation, or one budget left out): each sweep's sensitivity table."
                 )
             )
+        blocks += self.frontier_blocks()
+        compared = comparison_blocks(self.fit, self.results.runs, f"{self.pct}% CI")
+        if compared:
+            blocks += [Heading("Tuning protocols compared", 3), *compared]
         blocks += self.regime_blocks(headline)
         unreliable = [h for h in headline if h.unreliable]
         if unreliable:
@@ -756,6 +761,38 @@ class _Builder:
             )
             blocks.append(Bullets(tuple(f"{h.label} ({h.sweep}): {h.unreliable}" for h in unreliable)))
         return blocks
+
+    def frontier_blocks(self) -> list[Block]:
+        """M between the Chinchilla surfaces' frontiers, for every sweep that has them, at its largest compute."""
+        from analysis.frontier import NOT_CALIBRATED
+        from reports.data import n_blocks_of
+        from reports.style import variant_label
+
+        rows = [
+            {
+                "sweep": sw.sweep,
+                "variant": variant_label(m.variant, n_blocks_of(sw.points, m.variant)),
+                with_interval("M at the frontier", self.settings): m.M.text(3),
+                f"at C ({_unit_name(self.settings.compute_unit)})": f"{m.compute:.3g}",
+                "optimal sizes (variant / baseline)": f"{m.n_opt:.3g} / {m.n_opt_baseline:.3g}",
+                "optimum at an edge": m.edge or "-",
+            }
+            for sw in self.fit.sweeps
+            for m in sw.frontier_multipliers
+            if m.compute == max(f.compute for f in sw.frontier_multipliers if f.variant == m.variant)
+        ]
+        if not rows:
+            return []
+        return [
+            Heading("At the compute-optimal frontier", 3),
+            Paragraph(
+                "Where N and D vary independently, each curve's points are also fitted as one Chinchilla surface, "
+                "and M is read between the surfaces' frontiers (at each C, the best of the trained sizes): the "
+                "compute the baseline needs at its best size to reach the variant's loss at its best size, at the "
+                f"variant's largest compute ({NOT_CALIBRATED}; each sweep's section has M at smaller computes):"
+            ),
+            Table(pd.DataFrame(rows)),
+        ]
 
     def regime_blocks(self, headline: Sequence[Headline]) -> list[Block]:
         """Per sweep with a headline, the regime behind each M (tokens per parameter, alpha, the loss gap) next
@@ -807,7 +844,14 @@ class _Builder:
 
     def fit_blocks(self, sw: SweepFit) -> list[Block]:
         """The sweep's fits, multipliers and Chinchilla surfaces (the tables of ``attnres fit``), and its notes."""
-        from analysis.tables import MISSING_SEEDS, chinchilla_table, exponent_texts, joint_text, sensitivity_texts
+        from analysis.tables import (
+            MISSING_SEEDS,
+            chinchilla_table,
+            exponent_texts,
+            frontier_table,
+            joint_text,
+            sensitivity_texts,
+        )
         from reports import scaling, tables
         from reports.style import curve_order
 
@@ -822,6 +866,14 @@ class _Builder:
             blocks += [Paragraph(fits.caption), Table(fits.frame())]
             if sw.joint is not None:
                 blocks.append(Paragraph(joint_text(sw.joint).sentence))
+        elif sw.chinchilla or sw.frontier_multipliers:
+            blocks.append(
+                Paragraph(
+                    f"The sweep's runs taken together: every (size, budget) point, each curve fitted as one Chinchilla "
+                    f"surface in N and D, and M read between the surfaces' compute-optimal frontiers (its power laws "
+                    f"in C are fitted per ratio, in the sections `{sw.sweep}@<r>tpp`)."
+                )
+            )
         else:
             blocks.append(
                 Paragraph(
@@ -860,6 +912,9 @@ class _Builder:
         if sw.chinchilla:
             surface = chinchilla_table(sw, self.settings)
             blocks += [Paragraph(surface.caption), Table(surface.frame())]
+        if sw.frontier_multipliers:
+            at_frontier = frontier_table(sw, self.settings)
+            blocks += [Paragraph(at_frontier.caption), Table(at_frontier.frame())]
         if sw.notes:
             blocks += [Paragraph("Notes from the fit:"), Bullets(tuple(sw.notes))]
         return blocks

@@ -1,0 +1,119 @@
+"""Studies run twice under different tuning protocols, compared side by side.
+
+A study's grid can be run under the paper's protocol (every variant at the baseline's tuned learning rate,
+``lr: tuned-baseline``) and under per-variant tuning (``lr: tuned-per-variant``), as two sweeps of one results
+folder (``cpu_wsd`` and ``cpu_wsd_pv``). When two or more sweeps have the same parts (the same ``@<r>tpp``
+slices, or both whole), the report shows each variant's M per part in one row, a column per sweep, and the
+learning rates each sweep trained every (size, variant) at. What protocol a sweep followed is read from its runs,
+not from its name: one learning rate per size for every variant is the paper's protocol; a learning rate of its
+own per variant is per-variant tuning.
+
+Takes the :class:`analysis.FitReport` and the runs; never reads files; never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from reports.document import Block, Paragraph, Table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis import FitReport
+
+
+def base_of(sweep: str) -> tuple[str, str]:
+    """``("cpu_wsd", "@16tpp")`` from ``cpu_wsd@16tpp``; ``("cpu_small", "")`` for a whole sweep."""
+    base, at, part = sweep.partition("@")
+    return base, at + part
+
+
+def protocol_of(runs: pd.DataFrame) -> str:
+    """What the runs' learning rates say about how they were chosen."""
+    done = runs[runs["status"] == "done"]
+    per_size = done.groupby(["n_layer", "d_model"])["lr"].nunique()
+    per_variant = done.groupby(["n_layer", "d_model", "variant"])["lr"].nunique()
+    if per_size.empty:
+        return "no finished runs"
+    if (per_variant > 1).any():
+        return "several learning rates per (size, variant): a learning-rate sweep"
+    if (per_size == 1).all():
+        return "one learning rate per size for every variant (the paper's protocol)"
+    return "each variant at a learning rate of its own (per-variant tuning)"
+
+
+def compared_sweeps(fit: FitReport) -> list[str]:
+    """The base sweeps that share their parts with another one, in the fit's order (empty: nothing to compare)."""
+    parts: dict[str, set[str]] = {}
+    for sw in fit.sweeps:
+        if sw.multipliers:
+            base, part = base_of(sw.sweep)
+            parts.setdefault(base, set()).add(part)
+    return [b for b in parts if any(o != b and parts[o] & parts[b] for o in parts)]
+
+
+def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> list[Block]:
+    """The M table (a row per part and variant, a column per sweep) and the learning-rate table, with the
+    protocol each sweep's runs show; nothing when fewer than two sweeps share their parts."""
+    from reports.data import n_blocks_of
+    from reports.style import curve_order, variant_label
+
+    bases = compared_sweeps(fit)
+    if len(bases) < 2:
+        return []
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    labels: dict[str, str] = {}
+    for sw in fit.sweeps:
+        base, part = base_of(sw.sweep)
+        if base not in bases:
+            continue
+        for m in sw.multipliers:
+            labels.setdefault(m.variant, variant_label(m.variant, n_blocks_of(sw.points, m.variant)))
+            mark = "" if m.reliable else " (unreliable)"
+            cells.setdefault((part, m.variant), {})[base] = f"{m.multiplier.text(3)}{mark}"
+    order = curve_order(list(labels))
+    keys = sorted(cells, key=lambda k: (_part_order(k[0]), order.index(k[1])))
+    m_rows = [
+        {
+            "part": part or "whole sweep",
+            "variant": labels[v],
+            **{f"M in {b} [{level_text}]": cells[(part, v)].get(b, "") for b in bases},
+        }  # fmt: skip
+        for part, v in keys
+    ]
+    lr_rows = _lr_rows(runs, bases, labels)
+    protocols = "; ".join(f"`{b}`: {protocol_of(runs[runs['sweep'] == b])}" for b in bases)
+    return [
+        Paragraph(
+            f"The same study under different learning-rate protocols, read from each sweep's runs ({protocols}). "
+            "M of each variant at its largest budget, per part of the study, a column per sweep:"
+        ),
+        Table(pd.DataFrame(m_rows)),
+        Paragraph("The learning rate every (size, variant) was trained at, per sweep:"),
+        Table(pd.DataFrame(lr_rows)),
+    ]
+
+
+def _part_order(part: str) -> tuple[float, str]:
+    """Whole sweeps first, then slices by their ratio (``@2tpp`` before ``@16tpp``)."""
+    try:
+        return float(part.removeprefix("@").removesuffix("tpp")), part
+    except ValueError:
+        return (-1.0 if not part else float("inf")), part
+
+
+def _lr_rows(runs: pd.DataFrame, bases: list[str], labels: dict[str, str]) -> list[dict[str, str]]:
+    from reports.style import curve_order
+
+    done = runs[(runs["status"] == "done") & runs["sweep"].isin(bases)]
+    variants = [v for v in curve_order(list(done["variant"].astype(str).unique())) if v in labels or v == "baseline"]
+    rows = []
+    for (n_layer, d_model), g in done.groupby(["n_layer", "d_model"]):
+        row = {"size": f"L{n_layer}-d{d_model}"}
+        for v in variants:
+            for b in bases:
+                lrs = sorted(g[(g["sweep"] == b) & (g["variant"].astype(str) == v)]["lr"].unique())
+                row[f"{labels.get(v, v)} in {b}"] = ", ".join(f"{lr:.3g}" for lr in lrs)
+        rows.append(row)
+    return rows

@@ -1,0 +1,53 @@
+"""A study run under two tuning protocols is compared side by side (reports.protocols): M per part and variant
+with a column per sweep, the learning rates, and the protocol each sweep's runs show."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import fit_results
+from reports.document import Table
+from reports.protocols import comparison_blocks, protocol_of
+from tests.synthetic_results import write_synthetic_results
+
+
+def runs(lrs: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
+    rows = [dict(n_layer=n, d_model=8 * n, variant=v, lr=r, status="done") for (n, v), rs in lrs.items() for r in rs]
+    return pd.DataFrame(rows)
+
+
+def test_the_protocol_is_read_from_the_learning_rates():
+    shared = runs({(4, "baseline"): [3e-3], (4, "full"): [3e-3], (6, "baseline"): [2e-3], (6, "full"): [2e-3]})
+    assert protocol_of(shared) == "one learning rate per size for every variant (the paper's protocol)"
+    own = runs({(4, "baseline"): [3e-3], (4, "full"): [5e-3]})
+    assert protocol_of(own) == "each variant at a learning rate of its own (per-variant tuning)"
+    swept = runs({(4, "baseline"): [3e-3, 6e-3]})
+    assert protocol_of(swept).startswith("several learning rates per (size, variant)")
+
+
+def test_two_sweeps_of_one_study_get_a_column_each(tmp_path):
+    truth = {"baseline": 1.0, "block": 1.25}
+    write_synthetic_results(tmp_path, sweep="paper", multipliers=truth, noise=0.003, tables=False)
+    write_synthetic_results(tmp_path, sweep="pv", multipliers=truth, noise=0.003, tables=False, rng_seed=1)
+    report = fit_results(tmp_path, n_boot=50)
+    blocks = comparison_blocks(report, report_runs(tmp_path), "90% CI")
+    m_table, lr_table = (b.frame for b in blocks if isinstance(b, Table))
+    assert list(m_table.columns) == ["part", "variant", "M in paper [90% CI]", "M in pv [90% CI]"]
+    assert m_table["variant"].tolist() == ["Block AttnRes (N=4)"]
+    for sweep in ("paper", "pv"):
+        value = report.sweep(sweep).multiplier("block").multiplier.text(3)
+        assert m_table[f"M in {sweep} [90% CI]"].iloc[0].startswith(value)
+    assert {"baseline in paper", "baseline in pv"} <= set(lr_table.columns)
+    assert "the paper's protocol" in blocks[0].text
+
+
+def test_one_sweep_has_nothing_to_compare(tmp_path):
+    write_synthetic_results(tmp_path, sweep="paper", multipliers={"baseline": 1.0, "block": 1.25}, tables=False)
+    report = fit_results(tmp_path, n_boot=0)
+    assert comparison_blocks(report, report_runs(tmp_path), "90% CI") == []
+
+
+def report_runs(root) -> pd.DataFrame:
+    from analysis.load import load_results
+
+    return load_results(root, tables=()).runs
