@@ -119,7 +119,7 @@ def plan(
         from sweeps.slurm import slurm_groups
 
         slurm_groups(runs)  # the batch must split over each run's GPUs
-    return plan_rows(runs, measured_rates(results, grid.name), results, launcher, flops_per_s)
+    return plan_rows(runs, measured_rates(results, grid.name), results, launcher, flops_per_s, grid)
 
 
 def tuning_plan(
@@ -195,9 +195,27 @@ def grid_data(grid: Grid) -> set[DataConfig]:
     return {run.cfg.data for run in expand_runs(grid, untuned_ok=True)}
 
 
+def _reusable(cfg, results: Path, grid: Grid) -> bool:
+    """Whether ``sweep run`` would copy this run from one of the grid's ``reuse:`` sweeps (sweeps/reuse.py)."""
+    from sweeps.reuse import FINISHED, source_sweep
+
+    for other in grid.reuse:
+        row = read_status(results / source_sweep(cfg.sweep, grid.name, other) / cfg.run_id)
+        if row is not None and row.get("status") in FINISHED:
+            return True
+    return False
+
+
 def plan_rows(
-    runs: list[PlannedRun], rates: dict, results: str | Path | None, launcher: str, flops_per_s: float | None
+    runs: list[PlannedRun],
+    rates: dict,
+    results: str | Path | None,
+    launcher: str,
+    flops_per_s: float | None,
+    grid: Grid | None = None,
 ) -> list[PlanRow]:
+    """The plan's rows; ``grid``: its ``reuse:`` sweeps, whose finished runs of equal run id are copied, not
+    trained (status ``reuse``, no time)."""
     rows = []
     data = {cfg: data_summary(cfg) for cfg in {run.cfg.data for run in runs}}
     shapes = {run.cfg.model for run in runs if run.cfg.runtime.device_memory_gb is not None}
@@ -239,6 +257,8 @@ def plan_rows(
         if results is not None and not run.to_be_tuned:
             row = read_status(Path(results) / cfg.sweep / cfg.run_id)
             status = row["status"] if row else None
+            if row is None and grid is not None and _reusable(cfg, Path(results), grid):
+                status = "reuse"
         rows.append(
             PlanRow(
                 cfg.run_id,
@@ -317,7 +337,7 @@ def format_plan(
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-    total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged"))
+    total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged", "reuse"))
     sources = sorted({r.rate_source for r in rows})
     wall = total_s / max(1, parallel) + (SWEEP_OVERHEAD_S if launcher == "local" and total_s else 0.0)
     how = "one after another on this machine's CPU" if launcher == "local" else f"up to {parallel} at a time"

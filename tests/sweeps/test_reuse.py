@@ -11,6 +11,7 @@ from analysis.load import load_results
 from attnres.config import ConfigError
 from sweeps import load_grid, run_grid
 from sweeps.claim import read_status
+from sweeps.plan import plan
 from sweeps.tuned_values import check_writer, write_tuned
 
 GRID = {
@@ -37,6 +38,8 @@ def trained(run_dir) -> int:
 def test_a_grid_reuses_the_finished_runs_of_another_sweep_and_trains_only_its_own(tmp_path):
     run_grid(load_grid(GRID), tmp_path, progress=False)
     other = {**GRID, "name": "other", "variants": ["baseline", "full"], "reuse": ["paper"]}
+    planned = {(r.variant, r.status) for r in plan(load_grid(other), tmp_path)}
+    assert planned == {("baseline trunk", "reuse"), ("baseline", "reuse"), ("full trunk", None), ("full", None)}
     lines: list[str] = []
     summary = run_grid(load_grid(other), tmp_path, progress=False, log=lines.append)
     assert summary.ok
