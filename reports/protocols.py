@@ -22,6 +22,9 @@ from reports.document import Block, Paragraph, Table
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport
 
+FRONTIER = "frontier"  # a part: M between the Chinchilla surfaces of a sweep's whole (analysis.frontier)
+PART_NAMES = {"": "whole sweep", FRONTIER: "all sizes and budgets, M at the frontier"}
+
 
 def base_of(sweep: str) -> tuple[str, str]:
     """``("cpu_wsd", "@16tpp")`` from ``cpu_wsd@16tpp``; ``("cpu_small", "")`` for a whole sweep."""
@@ -47,7 +50,7 @@ def compared_sweeps(fit: FitReport) -> list[str]:
     """The base sweeps that share their parts with another one, in the fit's order (empty: nothing to compare)."""
     parts: dict[str, set[str]] = {}
     for sw in fit.sweeps:
-        if sw.multipliers:
+        if sw.multipliers or sw.frontier_multipliers:
             base, part = base_of(sw.sweep)
             parts.setdefault(base, set()).add(part)
     return [b for b in parts if any(o != b and parts[o] & parts[b] for o in parts)]
@@ -72,11 +75,15 @@ def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> li
             labels.setdefault(m.variant, variant_label(m.variant, n_blocks_of(sw.points, m.variant)))
             mark = "" if m.reliable else " (unreliable)"
             cells.setdefault((part, m.variant), {})[base] = f"{m.multiplier.text(3)}{mark}"
+        for f in sw.frontier_multipliers:  # at the largest compute, as in the headline
+            if f.compute == max(g.compute for g in sw.frontier_multipliers if g.variant == f.variant):
+                labels.setdefault(f.variant, variant_label(f.variant, n_blocks_of(sw.points, f.variant)))
+                cells.setdefault((FRONTIER, f.variant), {})[base] = f"{f.M.text(3)} (not calibrated)"
     order = curve_order(list(labels))
     keys = sorted(cells, key=lambda k: (_part_order(k[0]), order.index(k[1])))
     m_rows = [
         {
-            "part": part or "whole sweep",
+            "part": PART_NAMES.get(part, part),
             "variant": labels[v],
             **{f"M in {b} [{level_text}]": cells[(part, v)].get(b, "") for b in bases},
         }  # fmt: skip
@@ -96,7 +103,7 @@ def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> li
 
 
 def _part_order(part: str) -> tuple[float, str]:
-    """Whole sweeps first, then slices by their ratio (``@2tpp`` before ``@16tpp``)."""
+    """Whole sweeps first, then slices by their ratio (``@2tpp`` before ``@16tpp``), the frontier last."""
     try:
         return float(part.removeprefix("@").removesuffix("tpp")), part
     except ValueError:

@@ -51,3 +51,28 @@ def report_runs(root) -> pd.DataFrame:
     from analysis.load import load_results
 
     return load_results(root, tables=()).runs
+
+
+def test_the_frontier_multiplier_of_each_sweep_is_compared_too(tmp_path):
+    import numpy as np
+
+    from analysis import ChinchillaLaw
+
+    law = ChinchillaLaw(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+    for sweep in ("paper", "pv"):  # IsoFLOP grids: N and D vary independently, so each curve gets a surface
+        write_synthetic_results(
+            tmp_path,
+            sweep=sweep,
+            law=law,
+            multipliers={"baseline": 1.0, "block": 1.25},
+            budgets=np.geomspace(1e17, 1e20, 6),
+            sizes_per_budget=5,
+            tables=False,
+        )
+    report = fit_results(tmp_path, n_boot=0)
+    m_table = next(b.frame for b in comparison_blocks(report, report_runs(tmp_path), "90% CI") if isinstance(b, Table))
+    assert m_table["part"].tolist() == ["whole sweep", "all sizes and budgets, M at the frontier"]
+    frontier = m_table.iloc[1]
+    for sweep in ("paper", "pv"):
+        top = max((f for f in report.sweep(sweep).frontier_multipliers), key=lambda f: f.compute)
+        assert frontier[f"M in {sweep} [90% CI]"] == f"{top.M.text(3)} (not calibrated)"
