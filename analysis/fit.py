@@ -1005,4 +1005,3 @@ def fit_chinchilla(
         seed=seed,
         replicates=replicates,
     )
-

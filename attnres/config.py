@@ -604,9 +604,18 @@ def from_dict(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
 
     prepared = _prepare(cls, data, where)
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), prepared))
+        return OmegaConf.to_object(OmegaConf.merge(_structured(cls), prepared))
     except OmegaConfBaseException as err:
         raise _explain(err, cls, prepared, where) from None
+
+
+@cache
+def _structured(cls: type) -> Any:
+    """``cls``'s OmegaConf schema, built once: building it is most of a config's cost (a grid builds hundreds), and
+    ``OmegaConf.merge`` copies it rather than changing it."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(cls)
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -146,6 +146,22 @@ def readable_or_absent(run_dir: Path) -> None:
             schema.read_table(run_dir / name)  # raises on a half-written file
 
 
+@pytest.fixture(scope="module")
+def straight_runs(tmp_path_factory):
+    """The uninterrupted run of some arguments, trained once for every test that compares with it."""
+    done: dict[tuple[str, ...], Path] = {}
+
+    def run(args: list[str]) -> Path:
+        if tuple(args) not in done:
+            out = tmp_path_factory.mktemp("straight") / "run"
+            proc = run_cli("train", *args, "--out", str(out))
+            assert proc.returncode == 0, proc.stderr
+            done[tuple(args)] = out
+        return done[tuple(args)]
+
+    return run
+
+
 @pytest.mark.parametrize(
     "sig, micro",
     [
@@ -156,10 +172,9 @@ def readable_or_absent(run_dir: Path) -> None:
     ],
     ids=["sigkill", "ctrl-c", "sigkill-accumulating"],
 )
-def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig, micro):
-    args = TINY + [*micro, "train.tokens=160000", "train.eval_interval=20", "--no-progress"]
-    straight = run_cli("train", *args, "--out", str(tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr
+def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tmp_path, sig, micro, straight_runs):
+    args = TINY + [*micro, "train.tokens=100000", "train.eval_interval=20", "--no-progress"]  # 98 steps
+    straight = straight_runs(args)
 
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
@@ -189,11 +204,11 @@ def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tm
 
     resumed = run_cli("train", *args, "--out", str(killed))
     assert resumed.returncode == 0, resumed.stderr
-    a = pd.read_parquet(tmp_path / "straight" / schema.METRICS_FILE)
+    a = pd.read_parquet(straight / schema.METRICS_FILE)
     b = pd.read_parquet(killed / schema.METRICS_FILE)
     assert list(zip(a.step, a.split)) == list(zip(b.step, b.split))
     np.testing.assert_allclose(b.loss.values, a.loss.values, rtol=0, atol=1e-4)
-    ra = schema.read_table(tmp_path / "straight" / schema.RUN_FILE).to_pylist()[0]
+    ra = schema.read_table(straight / schema.RUN_FILE).to_pylist()[0]
     rb = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
     assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
 
