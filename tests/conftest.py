@@ -43,3 +43,18 @@ TINY = [
 @pytest.fixture
 def tiny_overrides() -> list[str]:
     return list(TINY)
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory):
+    """The smoke grid (sweeps/smoke.yaml) trained once per session by the local launcher with 2 workers, for the
+    tests that only read its results (a test that writes there copies it first)."""
+    from pathlib import Path
+
+    from sweeps import run_grid
+
+    root = tmp_path_factory.mktemp("smoke") / "results"
+    grid = Path(__file__).resolve().parents[1] / "sweeps" / "smoke.yaml"
+    summary = run_grid(str(grid), str(root), workers=2, progress=False, log=lambda message: None)
+    assert summary.ok, summary.runs
+    return root

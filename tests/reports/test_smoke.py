@@ -1,44 +1,16 @@
-"""The smoke grid's results produce a report: train ``sweeps/smoke.yaml`` with the public sweeps API, then
-build the report and check its figures and numbers. Skipped, with the reason, where the sweeps package or the
-smoke grid is not there."""
+"""The smoke grid's results produce a report: ``sweeps/smoke.yaml`` trained with the public sweeps API (the
+session's ``smoke_results``), then the report built and its figures and numbers checked."""
 
 from __future__ import annotations
 
-import inspect
 import json
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE_GRID = ROOT / "sweeps" / "smoke.yaml"
 
 
-def smoke_runner():
-    """``sweeps.run_grid`` and the smoke grid file, or a skip that says which is missing."""
-    try:
-        import sweeps
-    except ImportError as err:
-        pytest.skip(f"the sweeps package is not importable here ({err})")
-    run_grid = getattr(sweeps, "run_grid", None)
-    if run_grid is None:
-        pytest.skip("sweeps.run_grid does not exist (yet)")
-    if not SMOKE_GRID.exists():
-        pytest.skip("sweeps/smoke.yaml does not exist (yet)")
-    return run_grid
-
-
-def test_smoke_grid_results_produce_a_report(tmp_path):
-    run_grid = smoke_runner()
+def test_smoke_grid_results_produce_a_report(tmp_path, smoke_results):
     import analysis
     import reports
 
-    results_dir = tmp_path / "results"
-    options = {"workers": 2, "progress": False, "log": lambda message: None}
-    accepted = inspect.signature(run_grid).parameters
-    summary = run_grid(str(SMOKE_GRID), str(results_dir), **{k: v for k, v in options.items() if k in accepted})
-    failed = getattr(summary, "failed", 0)
-    assert not failed, f"{failed} smoke run(s) failed"
+    results_dir = smoke_results  # trained once for the session (tests/conftest.py), read only here
 
     report = reports.build_report(results_dir, tmp_path / "report", n_boot=200, strict=True)
     names = {f.name for f in report.figures}
