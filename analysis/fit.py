@@ -983,7 +983,8 @@ def fit_chinchilla(
             np.add.at(counts, (np.arange(n_boot)[:, None], picks), 1.0)
             theta, ok = _refit(model, sol.theta, y, counts, delta)
             failed = int((~ok).sum())
-            replicates = {k: np.where(ok, v, np.nan) for k, v in model.params(theta).items()}
+            with np.errstate(over="ignore", invalid="ignore"):  # a failed replicate's theta may be wild
+                replicates = {k: np.where(ok, v, np.nan) for k, v in model.params(theta).items()}
             samples = {k: v[ok] for k, v in replicates.items()}
     law = model.law(sol.theta)
     values = {"E": law.E, "A": law.A, "B": law.B, "alpha": law.alpha, "beta": law.beta}

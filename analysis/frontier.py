@@ -13,8 +13,9 @@ variant reaches at C at its best size (Hoffmann et al. 2022's compute-optimal fr
 Figure 4). It is read at the smallest, a middle and the largest compute the variant trained.
 
 Interval: the surfaces' own case bootstrap over the (size, budget) cells, whose draws are the same for both
-surfaces (what the two share at a cell, such as the data order of a seed, cancels), percentiles at the fit's level.
-The coverage study (docs/analysis.md) has not calibrated it, and every table says so.
+surfaces when both have the same cells (what the two share at a cell, such as the data order of a seed, cancels;
+other cells: no interval), percentiles at the fit's level. The coverage study (docs/analysis.md) has not
+calibrated it, and every table says so.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pandas as pd
 from analysis.bootstrap import Estimate, estimate, json_number
 from analysis.fit import ChinchillaFit
 
-CELL = ["n_layer", "d_model", "tokens"]  # a surface's point: one size at one training length
+SIZE = ["n_layer", "d_model"]
 N_GRID = 96  # candidate sizes per frontier (log-spaced over the trained range)
 C_SPAN = 6.0  # the baseline's frontier is searched over C_var x e^-6 .. e^6 (M within 1/400 .. 400)
 C_STEP = 0.02  # of log C on that search (linear interpolation between: M to well under 0.1 %)
@@ -77,9 +78,12 @@ class _Curve:
 
     @classmethod
     def of(cls, points: pd.DataFrame) -> _Curve:
+        """A cell is a size and the rank of its budget among that size's (tokens differ between variants under
+        a FLOP budget, each converting it with its own FLOPs per token)."""
         sizes = points.groupby("params")["flops_per_token"].mean().sort_index()
+        rank = points.groupby(SIZE)["tokens"].rank(method="first").astype(int)
         return cls(
-            [tuple(row) for row in points[CELL].itertuples(index=False)],
+            [(*row, r) for row, r in zip(points[SIZE].itertuples(index=False), rank)],
             np.log(sizes.index.to_numpy(float)),
             np.log(sizes.to_numpy(float)),
             points["flops"].to_numpy(float),
@@ -116,7 +120,7 @@ def multipliers_at(
         target, iv = frontier({k: np.asarray(x)[part] for k, x in var.items()}, log_c, var_curve)  # (b, K)
         curve, idx = frontier({k: np.asarray(x)[part] for k, x in base.items()}, search, base_curve)  # (b, G)
         m = np.full(target.shape, np.nan)
-        ib = np.zeros(target.shape, dtype=int)
+        ib = np.full(target.shape, -1)  # no baseline optimum where M is beyond the searched compute (0 or inf)
         for i, k in np.ndindex(*target.shape):
             lo, hi = np.searchsorted(search, [log_c[k] - C_SPAN, log_c[k] + C_SPAN])
             row = curve[i, lo:hi]  # non-increasing in C: a minimum of losses that all fall with C
@@ -154,13 +158,21 @@ def frontier_multipliers(
         if label == baseline:
             continue
         curve = curves[label]
-        paired = curve.cells == base_curve.cells and fit.seed == base_fit.seed and fit.n_boot == base_fit.n_boot
+        paired = (
+            curve.cells == base_curve.cells
+            and fit.n_points == base_fit.n_points == len(curve.cells)  # no point dropped by the fit's checks
+            and fit.seed == base_fit.seed
+            and fit.n_boot == base_fit.n_boot
+        )
         if not paired:
-            notes.append(f"{label}: its points are not {baseline}'s cells, so the frontier M's resamples are unpaired")
+            notes.append(
+                f"{label}: its points are not {baseline}'s (size, budget) cells, so the frontier M has no interval "
+                "(the surfaces' resamples cannot be paired)"
+            )
         log_c = np.log(_read_at(curve.flops))
         m, iv, ib = multipliers_at(_params(fit), _params(base_fit), log_c, curve, base_curve)
         samples, failed = None, 0
-        if fit.replicates is not None and base_fit.replicates is not None:
+        if paired and fit.replicates is not None and base_fit.replicates is not None:
             samples = multipliers_at(fit.replicates, base_fit.replicates, log_c, curve, base_curve)[0]
             failed = int(np.sum(np.isnan(fit.replicates["E"]) | np.isnan(base_fit.replicates["E"])))
         n_var, n_base = curve.grid()[0], base_curve.grid()[0]
@@ -173,7 +185,7 @@ def frontier_multipliers(
                     float(c),
                     _estimate(float(m[0, k]), kept, level),
                     float(math.exp(n_var[iv[0, k]])),
-                    float(math.exp(n_base[ib[0, k]])),
+                    float(math.exp(n_base[ib[0, k]])) if ib[0, k] >= 0 else math.nan,
                     _edge(iv[0, k], ib[0, k], label, baseline),
                     paired,
                     failed,
@@ -194,7 +206,7 @@ def _read_at(flops: np.ndarray) -> np.ndarray:
 
 
 def _edge(iv: int, ib: int, label: str, baseline: str) -> str:
-    where = []
+    where = [] if ib >= 0 else [f"{baseline} beyond the searched compute"]
     for who, i in ((label, iv), (baseline, ib)):
         if i == 0:
             where.append(f"{who}'s optimum at the smallest size")
@@ -204,11 +216,7 @@ def _edge(iv: int, ib: int, label: str, baseline: str) -> str:
 
 
 def _estimate(value: float, samples: np.ndarray | None, level: float) -> Estimate:
-    """M's estimate; replicates at 0 or inf (beyond the searched compute) stay in, as the ends of the interval."""
+    """M's estimate; replicates at 0 or inf (beyond the searched compute) stay in, as possible ends."""
     if samples is None or samples.size == 0:
         return Estimate(value, math.nan, math.nan, level)
-    finite = np.clip(samples, math.exp(-C_SPAN), math.exp(C_SPAN))
-    est = estimate(value, finite, level)
-    low = 0.0 if est.low <= math.exp(-C_SPAN) else est.low
-    high = math.inf if est.high >= math.exp(C_SPAN) else est.high
-    return Estimate(est.value, low, high, level)
+    return estimate(value, samples, level)

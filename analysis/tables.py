@@ -324,11 +324,13 @@ def chinchilla_table(sw: SweepFit, settings: FitSettings) -> FitTable:
 def frontier_table(sw: SweepFit, settings: FitSettings) -> FitTable:
     """One row per (variant, compute) of M between the Chinchilla surfaces' frontiers, with the optimal sizes."""
     from analysis.frontier import NOT_CALIBRATED
+    from analysis.sweep_fits import COMPUTE_UNITS
 
+    unit = COMPUTE_UNITS[settings.compute_unit]
     rows = tuple(
         (
             m.variant,
-            f"{m.compute:.4g}",
+            f"{m.compute / unit:.4g}",
             m.M.text(),
             f"{m.n_opt:.3g}",
             f"{m.n_opt_baseline:.3g}",

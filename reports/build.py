@@ -765,15 +765,17 @@ class _Builder:
     def frontier_blocks(self) -> list[Block]:
         """M between the Chinchilla surfaces' frontiers, for every sweep that has them, at its largest compute."""
         from analysis.frontier import NOT_CALIBRATED
+        from analysis.sweep_fits import COMPUTE_UNITS
         from reports.data import n_blocks_of
         from reports.style import variant_label
 
+        unit = COMPUTE_UNITS[self.settings.compute_unit]
         rows = [
             {
                 "sweep": sw.sweep,
                 "variant": variant_label(m.variant, n_blocks_of(sw.points, m.variant)),
                 with_interval("M at the frontier", self.settings): m.M.text(3),
-                f"at C ({_unit_name(self.settings.compute_unit)})": f"{m.compute:.3g}",
+                f"at C ({_unit_name(self.settings.compute_unit)})": f"{m.compute / unit:.3g}",
                 "optimal sizes (variant / baseline)": f"{m.n_opt:.3g} / {m.n_opt_baseline:.3g}",
                 "optimum at an edge": m.edge or "-",
             }

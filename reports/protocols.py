@@ -32,28 +32,46 @@ def base_of(sweep: str) -> tuple[str, str]:
     return base, at + part
 
 
+def curves_of(runs: pd.DataFrame) -> pd.Series:
+    """Each run's curve (its variant, or ``block-N<n>`` where Block has several N at one size)."""
+    from analysis.select import curve_labels
+
+    return curve_labels(runs) if len(runs) else pd.Series([], dtype=str)
+
+
 def protocol_of(runs: pd.DataFrame) -> str:
     """What the runs' learning rates say about how they were chosen."""
     done = runs[runs["status"] == "done"]
+    done = done.assign(curve=curves_of(done))
     per_size = done.groupby(["n_layer", "d_model"])["lr"].nunique()
-    per_variant = done.groupby(["n_layer", "d_model", "variant"])["lr"].nunique()
+    per_variant = done.groupby(["n_layer", "d_model", "curve"])["lr"].nunique()
     if per_size.empty:
         return "no finished runs"
     if (per_variant > 1).any():
         return "several learning rates per (size, variant): a learning-rate sweep"
     if (per_size == 1).all():
-        return "one learning rate per size for every variant (the paper's protocol)"
+        return "one learning rate per size for every variant (the paper's protocol, or tuned rates that coincide)"
     return "each variant at a learning rate of its own (per-variant tuning)"
 
 
 def compared_sweeps(fit: FitReport) -> list[str]:
-    """The base sweeps that share their parts with another one, in the fit's order (empty: nothing to compare)."""
+    """The base sweeps that share parts and trained cells (sizes at token counts) with another one: one study
+    run twice, in the fit's order (empty: nothing to compare)."""
     parts: dict[str, set[str]] = {}
+    cells: dict[str, set[tuple]] = {}
     for sw in fit.sweeps:
-        if sw.multipliers or sw.frontier_multipliers:
-            base, part = base_of(sw.sweep)
+        base, part = base_of(sw.sweep)
+        if sw.multipliers:
             parts.setdefault(base, set()).add(part)
-    return [b for b in parts if any(o != b and parts[o] & parts[b] for o in parts)]
+        if sw.frontier_multipliers:
+            parts.setdefault(base, set()).add(FRONTIER)
+        if not sw.points.empty:
+            cells.setdefault(base, set()).update(map(tuple, sw.points[["n_layer", "d_model", "tokens"]].to_numpy()))
+    return [
+        b
+        for b in parts
+        if any(o != b and parts[o] & parts[b] and cells.get(o, set()) & cells.get(b, set()) for o in parts)
+    ]
 
 
 def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> list[Block]:
@@ -114,13 +132,14 @@ def _lr_rows(runs: pd.DataFrame, bases: list[str], labels: dict[str, str]) -> li
     from reports.style import curve_order
 
     done = runs[(runs["status"] == "done") & runs["sweep"].isin(bases)]
-    variants = [v for v in curve_order(list(done["variant"].astype(str).unique())) if v in labels or v == "baseline"]
+    done = done.assign(curve=curves_of(done).astype(str))
+    variants = [v for v in curve_order(list(done["curve"].unique())) if v in labels or v == "baseline"]
     rows = []
     for (n_layer, d_model), g in done.groupby(["n_layer", "d_model"]):
         row = {"size": f"L{n_layer}-d{d_model}"}
         for v in variants:
             for b in bases:
-                lrs = sorted(g[(g["sweep"] == b) & (g["variant"].astype(str) == v)]["lr"].unique())
+                lrs = sorted(g[(g["sweep"] == b) & (g["curve"] == v)]["lr"].unique())
                 row[f"{labels.get(v, v)} in {b}"] = ", ".join(f"{lr:.3g}" for lr in lrs)
         rows.append(row)
     return rows

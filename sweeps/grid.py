@@ -187,6 +187,16 @@ class Grid:
         """The sweep name of ``attnres tune``'s trials (and the folder of its journal and tuned values)."""
         return f"{self.name}-tune"
 
+    @property
+    def tune_owner(self) -> str:
+        """The grid whose ``attnres tune`` writes the tuned file: this one, or the one whose tuning folder
+        ``tune.file`` names (``cpu_wsd-tune/tuned.yaml``: ``cpu_wsd``; such a grid only reads the file)."""
+        if self.tune.file:
+            first = Path(self.tune.file).parts[0]
+            if first.endswith("-tune") and first != self.tune_sweep:
+                return first.removesuffix("-tune")
+        return self.name
+
     def tuned_file(self, results: str | Path) -> Path:
         """Where ``attnres tune`` writes, and ``lr: tuned`` reads, the tuned values (relative to the results)."""
         return Path(results) / (self.tune.file or f"{self.tune_sweep}/tuned.yaml")
@@ -195,6 +205,8 @@ class Grid:
         """The ``attnres tune`` command that writes :meth:`tuned_file` under ``results``."""
         shipped = self.path is not None and self.path.resolve().parent == GRID_DIR
         every = " --variants all" if self.lr == "tuned-per-variant" else ""
+        if self.tune_owner != self.name:  # another grid's tuning writes the file
+            return f"attnres tune {self.tune_owner} --results {results}{every}"
         return f"attnres tune {self.name if shipped or self.path is None else self.path} --results {results}{every}"
 
 

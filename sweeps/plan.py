@@ -98,6 +98,8 @@ def measured_rates(results: str | Path | None, sweep: str) -> dict[tuple, float]
         return {}
     shapes: dict[tuple, list[float]] = {}
     for run_file in folder.glob("*/run.parquet"):
+        if run_file.parent.name.startswith("."):  # a copy being made by reuse: (sweeps/reuse.py)
+            continue
         row = read_status(run_file.parent)
         if not row or row["status"] != "done" or not row.get("tokens_per_s"):
             continue
@@ -199,8 +201,13 @@ def _reusable(cfg, results: Path, grid: Grid) -> bool:
     """Whether ``sweep run`` would copy this run from one of the grid's ``reuse:`` sweeps (sweeps/reuse.py)."""
     from sweeps.reuse import FINISHED, source_sweep
 
+    if (results / cfg.sweep / cfg.run_id).exists():
+        return False  # a folder of its own (a run started here): trained here
     for other in grid.reuse:
-        row = read_status(results / source_sweep(cfg.sweep, grid.name, other) / cfg.run_id)
+        source = source_sweep(cfg.sweep, grid.name, other)
+        if source is None:
+            return False
+        row = read_status(results / source / cfg.run_id)
         if row is not None and row.get("status") in FINISHED:
             return True
     return False

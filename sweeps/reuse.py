@@ -21,16 +21,23 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+import yaml
+
 from attnres.config import RunConfig
 from attnres.storage import schema
+from attnres.training.branches import TRUNK_SUFFIX
 
 FINISHED = ("done", "diverged")
 SWEEP_LINE = re.compile(r"^sweep: .*$", re.MULTILINE)  # config.yaml's first line (attnres.training.run)
 
 
-def source_sweep(sweep: str, grid_name: str, other: str) -> str:
-    """The sweep of ``other`` that holds what ``sweep`` (``grid_name`` or ``grid_name-trunk``) holds."""
-    return other + sweep[len(grid_name) :]
+def source_sweep(sweep: str, grid_name: str, other: str) -> str | None:
+    """The sweep of ``other`` that holds what ``sweep`` (``grid_name`` or ``grid_name-trunk``) holds; None for a
+    run filed under another name (a ``sweep=`` override), which is not reused."""
+    for suffix in ("", TRUNK_SUFFIX):
+        if sweep == grid_name + suffix:
+            return other + suffix
+    return None
 
 
 def reuse_finished(
@@ -45,7 +52,10 @@ def reuse_finished(
         if target.exists():
             continue
         for other in sources:
-            origin = results / source_sweep(cfg.sweep, grid_name, other) / cfg.run_id
+            source = source_sweep(cfg.sweep, grid_name, other)
+            if source is None:
+                break
+            origin = results / source / cfg.run_id
             row = schema.read_run_row(origin)
             if row is not None and row.get("status") in FINISHED:
                 if _copy_run(origin, target, cfg.sweep):
@@ -69,7 +79,8 @@ def _copy_run(origin: Path, target: Path, sweep: str) -> bool:
         run = run.set_column(column, run.schema.field(column), [[sweep] * run.num_rows])
         schema.write_table(staging / schema.RUN_FILE, run)
         config = (origin / "config.yaml").read_text()
-        (staging / "config.yaml").write_text(SWEEP_LINE.sub(f"sweep: {sweep}", config, count=1))
+        line = yaml.safe_dump({"sweep": sweep}).strip()  # quoted where YAML would read another type
+        (staging / "config.yaml").write_text(SWEEP_LINE.sub(lambda _: line, config, count=1))
         with open(staging / "train.log", "a") as log:
             log.write(f"reused: copied from {origin} (same run id), not trained again\n")
         if (origin / "checkpoints").is_dir():
@@ -78,10 +89,10 @@ def _copy_run(origin: Path, target: Path, sweep: str) -> bool:
         return True
     except OSError:
         if target.exists():  # another launcher made it first
-            shutil.rmtree(staging, ignore_errors=True)
             return False
-        shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:  # after the rename there is nothing left to remove; before it, nothing half-made stays
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _link_tree(src: Path, dst: Path) -> None:

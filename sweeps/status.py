@@ -108,10 +108,15 @@ def sweep_status(planned: list[PlannedRun], results: str | Path) -> list[RunStat
     return [run_state(r, results, queue) for r in planned]
 
 
+def _run_folder(path: Path) -> bool:
+    """A run folder, not a hidden one (a copy being made by ``reuse:``, sweeps/reuse.py)."""
+    return not path.name.startswith(".") and ((path / RUN_FILE).exists() or is_locked(path))
+
+
 def folder_states(results: str | Path, sweep: str) -> list[RunState]:
     """The states of the run folders that exist under ``RESULTS/<sweep>`` (what is there, without a grid)."""
     states = []
-    for run_dir in sorted(p for p in (Path(results) / sweep).glob("*") if (p / RUN_FILE).exists() or is_locked(p)):
+    for run_dir in sorted(p for p in (Path(results) / sweep).glob("*") if _run_folder(p)):
         row = read_status(run_dir) or {}
         size = f"L{row['n_layer']}-d{row['d_model']}" if row else "-"
         variant = Variant(row["variant"], row.get("n_blocks")).label if row else "-"

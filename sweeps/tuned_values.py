@@ -84,21 +84,27 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def check_writer(path: str | Path, sweep: str) -> None:
-    """A tuned file written by another grid's tuning (a grid whose ``tune.file`` reads it, as the per-variant
-    protocol's ``cpu_wsd_pv`` reads ``cpu_wsd``'s) is that grid's to tune: a :class:`ConfigError` before any trial."""
-    import yaml
-
-    path = Path(path)
-    try:
-        owner = (yaml.safe_load(path.read_text()) or {}).get("sweep") if path.is_file() else None
-    except yaml.YAMLError:
-        return  # read_tuned names the problem
+def check_writer(path: str | Path, sweep: str, owner: str | None = None) -> None:
+    """A tuned file of another grid's tuning (a grid whose ``tune.file`` reads it, as the per-variant protocol's
+    ``cpu_wsd_pv`` reads ``cpu_wsd``'s) is that grid's to tune: a :class:`ConfigError` before any trial. ``owner``:
+    the grid its path names (:attr:`Grid.tune_owner`), else the grid the file records."""
+    owner = owner if owner not in (None, sweep) else _recorded_owner(Path(path))
     if owner not in (None, sweep):
         raise ConfigError(
-            f"{path} holds the tuned values of grid {owner!r}; this grid ({sweep!r}) only reads it (tune.file). "
+            f"{path} is written by the tuning of grid {owner!r}; this grid ({sweep!r}) only reads it (tune.file). "
             f"Tune with `attnres tune {owner} ...`, or give this grid a tuned file of its own"
         )
+
+
+def _recorded_owner(path: Path) -> str | None:
+    """The ``sweep:`` a tuned file records (None: no file, or none readable: read_tuned names the problem)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    except yaml.YAMLError:
+        return None
+    return data.get("sweep") if isinstance(data, Mapping) else None
 
 
 def write_tuned(path: str | Path, sweep: str, size: str, variant: str, values: Mapping[str, Any]) -> None:
@@ -110,6 +116,7 @@ def write_tuned(path: str | Path, sweep: str, size: str, variant: str, values: M
     path = Path(path)
     with _locked(path):
         data = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+        check_writer(path, sweep)  # again under the lock: another tuner may have written it meanwhile
         data["sweep"] = sweep
         data.setdefault("sizes", {}).setdefault(size, {})[variant] = dict(values)
         header = "# Written by `attnres tune`; read by grids with `lr: tuned` (see docs/sweeps.md).\n"

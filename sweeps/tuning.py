@@ -134,7 +134,7 @@ def tune(
             f"{grid.label}: tune.budget is missing; add e.g. tune: {{budget: {{tokens_per_param: 2}}}} (a short budget)"
         )
     chosen = _chosen_sizes(grid, sizes)
-    check_writer(grid.tuned_file(results), grid.name)
+    check_writer(grid.tuned_file(results), grid.name, grid.tune_owner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     store = storage_for(grid, results, storage)

@@ -66,6 +66,7 @@ def test_an_optimum_at_the_edge_of_the_trained_sizes_is_named():
     assert _edge(0, 5, "full", "baseline") == "full's optimum at the smallest size"
     assert _edge(3, N_GRID - 1, "full", "baseline") == "baseline's optimum at the largest size"
     assert _edge(3, 5, "full", "baseline") == ""
+    assert _edge(3, -1, "full", "baseline") == "baseline beyond the searched compute"  # M is 0 or inf there
 
 
 def test_no_baseline_surface_gives_no_frontier_multiplier():

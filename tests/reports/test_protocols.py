@@ -12,17 +12,24 @@ from tests.synthetic_results import write_synthetic_results
 
 
 def runs(lrs: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
-    rows = [dict(n_layer=n, d_model=8 * n, variant=v, lr=r, status="done") for (n, v), rs in lrs.items() for r in rs]
+    rows = [
+        dict(sweep="s", n_layer=n, d_model=8 * n, tokens=1e5, variant=v, n_blocks=None, lr=r, status="done")
+        for (n, v), rs in lrs.items()
+        for r in rs
+    ]
     return pd.DataFrame(rows)
 
 
 def test_the_protocol_is_read_from_the_learning_rates():
     shared = runs({(4, "baseline"): [3e-3], (4, "full"): [3e-3], (6, "baseline"): [2e-3], (6, "full"): [2e-3]})
-    assert protocol_of(shared) == "one learning rate per size for every variant (the paper's protocol)"
+    assert protocol_of(shared).startswith("one learning rate per size for every variant (the paper's protocol")
     own = runs({(4, "baseline"): [3e-3], (4, "full"): [5e-3]})
     assert protocol_of(own) == "each variant at a learning rate of its own (per-variant tuning)"
     swept = runs({(4, "baseline"): [3e-3, 6e-3]})
     assert protocol_of(swept).startswith("several learning rates per (size, variant)")
+    blocks = runs({(4, "baseline"): [3e-3], (4, "block"): [2e-3, 5e-3]})  # Block N=2 and N=4, each tuned
+    blocks.loc[blocks["variant"] == "block", "n_blocks"] = [2, 4]
+    assert protocol_of(blocks) == "each variant at a learning rate of its own (per-variant tuning)"
 
 
 def test_two_sweeps_of_one_study_get_a_column_each(tmp_path):
@@ -76,3 +83,11 @@ def test_the_frontier_multiplier_of_each_sweep_is_compared_too(tmp_path):
     for sweep in ("paper", "pv"):
         top = max((f for f in report.sweep(sweep).frontier_multipliers), key=lambda f: f.compute)
         assert frontier[f"M in {sweep} [90% CI]"] == f"{top.M.text(3)} (not calibrated)"
+
+
+def test_two_sweeps_of_different_studies_are_not_compared(tmp_path):
+    truth = {"baseline": 1.0, "block": 1.25}
+    write_synthetic_results(tmp_path, sweep="one", multipliers=truth, budgets=[1e15, 1e16, 1e17], tables=False)
+    write_synthetic_results(tmp_path, sweep="two", multipliers=truth, budgets=[1e18, 1e19, 1e20], tables=False)
+    report = fit_results(tmp_path, n_boot=0)
+    assert comparison_blocks(report, report_runs(tmp_path), "90% CI") == []  # no size trained at the same tokens

@@ -68,6 +68,14 @@ def test_a_grid_reuses_the_finished_runs_of_another_sweep_and_trains_only_its_ow
     assert not any("reuse:" in ln for ln in again)
 
 
+def test_only_the_grids_own_sweeps_map_to_the_other_sweeps():
+    from sweeps.reuse import source_sweep
+
+    assert source_sweep("pv", "pv", "paper") == "paper"
+    assert source_sweep("pv-trunk", "pv", "paper") == "paper-trunk"
+    assert source_sweep("pv2", "pv", "paper") is None  # a sweep= override: filed elsewhere, not reused
+
+
 def test_bad_reuse_is_refused_when_the_grid_loads():
     with pytest.raises(ConfigError, match="reuse: 'paper' is this grid's own sweep"):
         load_grid({**GRID, "reuse": ["paper"]})
@@ -79,5 +87,5 @@ def test_a_tuned_file_written_by_another_grid_is_only_read(tmp_path):
     path = tmp_path / "paper-tune" / "tuned.yaml"
     write_tuned(path, "paper", "L2-d32", "baseline", {"lr": 3e-3, "val_loss": 2.0})
     check_writer(path, "paper")  # its own grid tops it up
-    with pytest.raises(ConfigError, match="holds the tuned values of grid 'paper'.*attnres tune paper"):
+    with pytest.raises(ConfigError, match="written by the tuning of grid 'paper'.*attnres tune paper"):
         check_writer(path, "other")
