@@ -1,4 +1,5 @@
-"""The committed CPU study (studies/cpu_small/): `attnres fit` reproduces the numbers the README states."""
+"""The committed CPU studies: `attnres fit` reproduces the numbers their pages state, digit for digit: the README's
+table of studies/cpu_wsd/ (both tuning protocols), and the table of the earlier studies/cpu_small/ on its page."""
 
 from __future__ import annotations
 
@@ -9,24 +10,86 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "studies" / "cpu_small" / "results"
-pytestmark = pytest.mark.skipif(
-    not (RESULTS / "cpu_small").is_dir(), reason="the committed study is not in this checkout"
+WSD = ROOT / "studies" / "cpu_wsd" / "results"
+needs_small = pytest.mark.skipif(not (RESULTS / "cpu_small").is_dir(), reason="studies/cpu_small is not here")
+needs_wsd = pytest.mark.skipif(not (WSD / "cpu_wsd_pv").is_dir(), reason="studies/cpu_wsd is not here")
+
+# the README's table of cpu_wsd: (budget, variant, its label) per row
+VARIANTS = (("full", "Full AttnRes"), ("block", "Block AttnRes (N=2)"))
+FRONTIER = "all budgets, at the frontier"
+WSD_PARTS = tuple(
+    (part, variant, label)
+    for part in (*(f"{r} tokens/param" for r in (2, 4, 8, 16)), FRONTIER)
+    for variant, label in VARIANTS
 )
 
 
-def readme_rows() -> dict[str, list[str]]:
-    """The README's table of the study: variant -> its cells (M in the paper's form, M with an offset E,
-    wall-clock M, runs)."""
+def wsd_cells(report, sweep: str, part: str, variant: str) -> str:
+    """One cell of the README's cpu_wsd table: M at the largest budget of a ratio's fit (marked where its
+    interval is unreliable), or M between the whole sweep's Chinchilla frontiers at its largest compute."""
+    if part == FRONTIER:
+        found = [f for f in report.sweep(sweep).frontier_multipliers if f.variant == variant]
+        return max(found, key=lambda f: f.compute).M.text(3) + " (not calibrated)"
+    ratio = part.split()[0]
+    m = report.sweep(f"{sweep}@{ratio}tpp").multiplier(variant)
+    return m.multiplier.text(3) + ("" if m.reliable else " (unreliable)")
+
+
+@pytest.fixture(scope="module")
+def wsd_report():
+    from analysis import fit_results
+
+    return fit_results(WSD, sweeps=["cpu_wsd", "cpu_wsd_pv"])
+
+
+@needs_wsd
+def test_fit_reproduces_the_readme_table_of_both_protocols(wsd_report):
     rows = {}
     for line in (ROOT / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and any(cells[0] == p and cells[1] == lab for p, _, lab in WSD_PARTS):
+            rows[(cells[0], cells[1])] = cells[2:]
+    assert len(rows) == len(WSD_PARTS)
+    for part, variant, label in WSD_PARTS:
+        expected = [wsd_cells(wsd_report, sweep, part, variant) for sweep in ("cpu_wsd", "cpu_wsd_pv")]
+        assert rows[(part, label)] == expected, (part, label)
+
+
+@needs_wsd
+def test_the_protocols_differ_in_learning_rates_and_share_the_baseline(wsd_report):
+    """The paper's protocol trains every variant at the baseline's rate; per-variant tuning at each variant's own;
+    both have the same baseline runs (reuse: copied them), so the two differ only where the protocols do."""
+    runs = wsd_report_runs()
+    for sweep, shared in (("cpu_wsd", True), ("cpu_wsd_pv", False)):
+        mine = runs[runs["sweep"] == sweep]
+        per_size = mine.groupby(["n_layer", "d_model"])["lr"].nunique()
+        assert (per_size == 1).all() == shared, sweep
+    base = runs[runs["variant"] == "baseline"].pivot_table(index="run_id", columns="sweep", values="val_loss")
+    assert base[["cpu_wsd", "cpu_wsd_pv"]].notna().all().all()
+    assert (base["cpu_wsd"] == base["cpu_wsd_pv"]).all()
+
+
+def wsd_report_runs():
+    from analysis import load_results
+
+    runs = load_results(WSD, tables=()).runs
+    return runs[runs["status"] == "done"]
+
+
+def readme_rows() -> dict[str, list[str]]:
+    """The table of studies/cpu_small/README.md: variant -> its cells (M in the paper's form, M with an offset E,
+    wall-clock M, runs)."""
+    rows = {}
+    for line in (ROOT / "studies" / "cpu_small" / "README.md").read_text().splitlines():
         if re.match(r"\| (full|block-N\d+) \|", line):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows[cells[0]] = cells[1:]
     return rows
 
 
+@needs_small
 @pytest.mark.parametrize("form,column", [("A*C^-alpha", 0), ("E+A*C^-alpha", 1)])
-def test_fit_reproduces_the_readme_multipliers(form, column):
+def test_fit_reproduces_the_cpu_small_multipliers(form, column):
     from analysis import fit_results
 
     sweep = fit_results(RESULTS, sweeps=["cpu_small"], form=form).sweep("cpu_small")
@@ -39,7 +102,8 @@ def test_fit_reproduces_the_readme_multipliers(form, column):
             assert rows[m.variant][2] == m.wall_clock.text(3), m.variant
 
 
-def test_fit_with_the_seeds_bootstrap_reproduces_the_readme_column_and_marks_it_unreliable():
+@needs_small
+def test_fit_with_the_seeds_bootstrap_reproduces_the_cpu_small_column_and_marks_it_unreliable():
     """The last column: the paper's form with --interval seeds. The fit misses its points by more than the seed
     noise explains, and the seeds-only interval says so; the default interval (budgets) does not need to."""
     from analysis import fit_results
@@ -53,10 +117,14 @@ def test_fit_with_the_seeds_bootstrap_reproduces_the_readme_column_and_marks_it_
     assert all(m.interval == "budgets" and m.reliable for m in default.multipliers)
 
 
-def test_the_committed_report_is_the_report_of_the_committed_results():
+@pytest.mark.parametrize("study", ["cpu_small", "cpu_wsd"])
+def test_the_committed_report_is_the_report_of_the_committed_results(study):
     import json
 
     from analysis import load_results
 
-    saved = json.loads((ROOT / "studies" / "cpu_small" / "report" / "report.json").read_text())
-    assert saved["fit"]["inputs_hash"] == load_results(RESULTS, tables=()).inputs_hash
+    folder = ROOT / "studies" / study
+    if not (folder / "report" / "report.json").is_file():
+        pytest.skip(f"studies/{study} has no report here")
+    saved = json.loads((folder / "report" / "report.json").read_text())
+    assert saved["fit"]["inputs_hash"] == load_results(folder / "results", tables=()).inputs_hash
