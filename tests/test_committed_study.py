@@ -37,22 +37,43 @@ def wsd_cells(report, sweep: str, part: str, variant: str) -> str:
 
 @pytest.fixture(scope="module")
 def wsd_report():
+    """The per-ratio fits (no Chinchilla surfaces: their bootstrap is most of the fit's minute)."""
     from analysis import fit_results
 
-    return fit_results(WSD, sweeps=["cpu_wsd", "cpu_wsd_pv"])
+    return fit_results(WSD, sweeps=["cpu_wsd", "cpu_wsd_pv"], chinchilla=False)
 
 
-@needs_wsd
-def test_fit_reproduces_the_readme_table_of_both_protocols(wsd_report):
+def readme_wsd_rows() -> dict[tuple[str, str], list[str]]:
+    """The README's cpu_wsd table: (budget, variant label) -> [paper's protocol, per-variant tuning]."""
     rows = {}
     for line in (ROOT / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and any(cells[0] == p and cells[1] == lab for p, _, lab in WSD_PARTS):
             rows[(cells[0], cells[1])] = cells[2:]
     assert len(rows) == len(WSD_PARTS)
-    for part, variant, label in WSD_PARTS:
-        expected = [wsd_cells(wsd_report, sweep, part, variant) for sweep in ("cpu_wsd", "cpu_wsd_pv")]
+    return rows
+
+
+def check_rows(report, parts) -> None:
+    rows = readme_wsd_rows()
+    for part, variant, label in parts:
+        expected = [wsd_cells(report, sweep, part, variant) for sweep in ("cpu_wsd", "cpu_wsd_pv")]
         assert rows[(part, label)] == expected, (part, label)
+
+
+@needs_wsd
+def test_fit_reproduces_the_readme_table_of_both_protocols_per_ratio(wsd_report):
+    check_rows(wsd_report, [p for p in WSD_PARTS if p[0] != FRONTIER])
+
+
+@needs_wsd
+@pytest.mark.slow
+def test_fit_reproduces_the_readme_table_at_the_frontier():
+    """The table's last rows: M between the Chinchilla surfaces' frontiers (a minute of bootstrap refits, so
+    `pytest -m slow`; run it when the analysis changes)."""
+    from analysis import fit_results
+
+    check_rows(fit_results(WSD, sweeps=["cpu_wsd", "cpu_wsd_pv"]), [p for p in WSD_PARTS if p[0] == FRONTIER])
 
 
 @needs_wsd
@@ -64,7 +85,9 @@ def test_the_protocols_differ_in_learning_rates_and_share_the_baseline(wsd_repor
         mine = runs[runs["sweep"] == sweep]
         per_size = mine.groupby(["n_layer", "d_model"])["lr"].nunique()
         assert (per_size == 1).all() == shared, sweep
-    base = runs[runs["variant"] == "baseline"].pivot_table(index="run_id", columns="sweep", values="val_loss")
+    studies = runs[runs["sweep"].isin(["cpu_wsd", "cpu_wsd_pv"]) & (runs["variant"] == "baseline")]
+    base = studies.pivot_table(index="run_id", columns="sweep", values="val_loss")
+    assert len(base) == 60  # 5 sizes x 4 budgets x 3 seeds
     assert base[["cpu_wsd", "cpu_wsd_pv"]].notna().all().all()
     assert (base["cpu_wsd"] == base["cpu_wsd_pv"]).all()
 
