@@ -21,7 +21,7 @@ calibrated it, and every table says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,6 +192,15 @@ def frontier_multipliers(
                 )
             )
     return out, notes
+
+
+def at_largest_compute(found: Sequence[FrontierMultiplier]) -> list[FrontierMultiplier]:
+    """Each variant's M at its largest compute (the one the headline shows), in ``found``'s order."""
+    top = {}
+    for m in found:
+        if m.variant not in top or m.compute > top[m.variant].compute:
+            top[m.variant] = m
+    return [m for m in found if top[m.variant] is m]
 
 
 def _params(fit: ChinchillaFit) -> dict[str, np.ndarray]:

@@ -591,13 +591,18 @@ class _Prepared:
     runs: pd.DataFrame
 
 
+def _conventions(runs: pd.DataFrame) -> tuple[str, ...]:
+    """The FLOP conventions of a sweep's finished runs."""
+    return tuple(sorted(runs.loc[runs["status"] == "done", "flops_convention"].dropna().astype(str).unique()))
+
+
 def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Prepared:
     """Step 1 of the module docstring, and the checks of :mod:`analysis.checks`: the points of every curve,
     a :class:`FitInputError` for what no fit can support, and the seeds missing at some budget."""
     notes: list[str] = []
     points, warned = _collect_warnings(select_points, runs, method=settings.select)
     notes += warned
-    conventions = tuple(sorted(runs.loc[runs["status"] == "done", "flops_convention"].dropna().astype(str).unique()))
+    conventions = _conventions(runs)
     if len(conventions) > 1:
         notes.append(
             f"runs use {len(conventions)} different FLOP conventions; compute values are not comparable across them"
@@ -686,7 +691,7 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its slices gave the points' warnings already
         points = select_points(runs, method=settings.select)
-    conventions = tuple(sorted(runs.loc[runs["status"] == "done", "flops_convention"].dropna().astype(str).unique()))
+    conventions = _conventions(runs)
     notes = [
         "every (size, budget) point of the sweep, each curve fitted as one Chinchilla surface L(N, D); the power "
         f"laws in C are fitted per ratio ({sweep}@<r>tpp)"

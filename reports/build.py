@@ -764,7 +764,7 @@ class _Builder:
 
     def frontier_blocks(self) -> list[Block]:
         """M between the Chinchilla surfaces' frontiers, for every sweep that has them, at its largest compute."""
-        from analysis.frontier import NOT_CALIBRATED
+        from analysis.frontier import NOT_CALIBRATED, at_largest_compute
         from analysis.sweep_fits import COMPUTE_UNITS
         from reports.data import n_blocks_of
         from reports.style import variant_label
@@ -780,8 +780,7 @@ class _Builder:
                 "optimum at an edge": m.edge or "-",
             }
             for sw in self.fit.sweeps
-            for m in sw.frontier_multipliers
-            if m.compute == max(f.compute for f in sw.frontier_multipliers if f.variant == m.variant)
+            for m in at_largest_compute(sw.frontier_multipliers)
         ]
         if not rows:
             return []

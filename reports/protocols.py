@@ -77,6 +77,7 @@ def compared_sweeps(fit: FitReport) -> list[str]:
 def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> list[Block]:
     """The M table (a row per part and variant, a column per sweep) and the learning-rate table, with the
     protocol each sweep's runs show; nothing when fewer than two sweeps share their parts."""
+    from analysis.frontier import at_largest_compute
     from reports.data import n_blocks_of
     from reports.style import curve_order, variant_label
 
@@ -93,10 +94,9 @@ def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> li
             labels.setdefault(m.variant, variant_label(m.variant, n_blocks_of(sw.points, m.variant)))
             mark = "" if m.reliable else " (unreliable)"
             cells.setdefault((part, m.variant), {})[base] = f"{m.multiplier.text(3)}{mark}"
-        for f in sw.frontier_multipliers:  # at the largest compute, as in the headline
-            if f.compute == max(g.compute for g in sw.frontier_multipliers if g.variant == f.variant):
-                labels.setdefault(f.variant, variant_label(f.variant, n_blocks_of(sw.points, f.variant)))
-                cells.setdefault((FRONTIER, f.variant), {})[base] = f"{f.M.text(3)} (not calibrated)"
+        for f in at_largest_compute(sw.frontier_multipliers):  # as in the headline
+            labels.setdefault(f.variant, variant_label(f.variant, n_blocks_of(sw.points, f.variant)))
+            cells.setdefault((FRONTIER, f.variant), {})[base] = f"{f.M.text(3)} (not calibrated)"
     order = curve_order(list(labels))
     keys = sorted(cells, key=lambda k: (_part_order(k[0]), order.index(k[1])))
     m_rows = [

@@ -28,8 +28,10 @@ def wsd_cells(report, sweep: str, part: str, variant: str) -> str:
     """One cell of the README's cpu_wsd table: M at the largest budget of a ratio's fit (marked where its
     interval is unreliable), or M between the whole sweep's Chinchilla frontiers at its largest compute."""
     if part == FRONTIER:
-        found = [f for f in report.sweep(sweep).frontier_multipliers if f.variant == variant]
-        return max(found, key=lambda f: f.compute).M.text(3) + " (not calibrated)"
+        from analysis.frontier import at_largest_compute
+
+        (top,) = [f for f in at_largest_compute(report.sweep(sweep).frontier_multipliers) if f.variant == variant]
+        return top.M.text(3) + " (not calibrated)"
     ratio = part.split()[0]
     m = report.sweep(f"{sweep}@{ratio}tpp").multiplier(variant)
     return m.multiplier.text(3) + ("" if m.reliable else " (unreliable)")
