@@ -41,6 +41,7 @@ from attnres.data.corpus import with_data_vocab
 from attnres.variants import Variant
 
 GRID_DIR = Path(__file__).resolve().parent
+STUDIES_DIR = GRID_DIR.parent / "studies"  # a committed study keeps its grids beside its results: studies/<study>/
 TOP_KEYS = (
     "name", "description", "defaults", "ladder", "budgets", "variants", "seeds", "lr", "slurm", "tune", "branches",
     "reuse",
@@ -75,10 +76,13 @@ class BranchSpec:
     """``branches:``: the budgets of each (size, variant, lr, seed) become WSD cooldown branches of one stable trunk.
 
     ``decay_frac``: each branch's final linear decay, as a fraction of its own steps. ``stable``: the trunk's
-    length (None: up to the last branch's decay start, the least that serves every branch)."""
+    length (None: up to the last branch's decay start, the least that serves every branch). ``max_warmup_frac``:
+    the shared warm-up (``train.warmup_frac`` of the longest branch) is capped at this fraction of the shortest
+    branch, so that no budget is mostly warm-up (None: no cap, the rule the committed cpu_wsd study ran with)."""
 
     decay_frac: float = 0.2
     stable: BudgetSpec | None = None
+    max_warmup_frac: float | None = 0.1
 
 
 @dataclass(frozen=True)
@@ -86,13 +90,16 @@ class VariantSpec:
     """A depth-mixing variant of the grid; ``n_blocks`` is N for Block AttnRes, or ``"divisors"`` of L.
 
     An ablation variant (``{name: LABEL, model: {...}}`` in a grid) carries its model.* settings in ``model``
-    and its label in ``name``.
+    and its label in ``name``. ``lr`` and ``seeds`` (a mapping entry's ``lr:`` / ``seeds:``) replace the grid's for
+    this variant (None: the grid's), e.g. fewer rates and one seed for an arm that costs more.
     """
 
     residual: str
     n_blocks: int | Literal["divisors"] | None = None
     model: tuple[tuple[str, Any], ...] = ()
     name: str | None = None
+    lr: tuple[float, ...] | None = None
+    seeds: tuple[int, ...] | None = None
 
     def for_size(self, n_layer: int, default_n_blocks: int) -> list[tuple[str, str, int | None]]:
         """(label, residual, n_blocks) of this variant at a size with ``n_layer`` transformer blocks.
@@ -203,7 +210,7 @@ class Grid:
 
     def tune_command(self, results: str | Path) -> str:
         """The ``attnres tune`` command that writes :meth:`tuned_file` under ``results``."""
-        shipped = self.path is not None and self.path.resolve().parent == GRID_DIR
+        shipped = self.path is not None and self.path.resolve() in {p.resolve() for p in grid_files().values()}
         every = " --variants all" if self.lr == "tuned-per-variant" else ""
         if self.tune_owner != self.name:  # another grid's tuning writes the file
             return f"attnres tune {self.tune_owner} --results {results}{every}"
@@ -260,19 +267,27 @@ def tokens_for(params: int, budget: BudgetSpec) -> dict[str, float | int | None]
 # ------------------------------------------------------------------------------------------------------------
 
 
+def grid_files() -> dict[str, Path]:
+    """Every grid found by name: the generic ones in sweeps/, and each committed study's in studies/<study>/
+    (a study's grids live beside its results; a name in sweeps/ wins)."""
+    found = {p.stem: p for p in sorted(STUDIES_DIR.glob("*/*.yaml"))} if STUDIES_DIR.is_dir() else {}
+    found.update({p.stem: p for p in sorted(GRID_DIR.glob("*.yaml"))})
+    return dict(sorted(found.items()))
+
+
 def shipped_grids() -> list[str]:
-    """The names of the grid files shipped in sweeps/ (``attnres sweep run NAME``)."""
-    return sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
+    """The names of the grids ``attnres sweep run NAME`` finds (:func:`grid_files`)."""
+    return list(grid_files())
 
 
 def resolve_grid_path(path_or_name: str | Path) -> Path:
-    """A grid file: a path, or the name of a grid shipped in sweeps/ (``smoke`` -> sweeps/smoke.yaml)."""
+    """A grid file: a path, or the name of a grid in sweeps/ or a study's folder (``smoke`` -> sweeps/smoke.yaml)."""
     path = Path(path_or_name)
     if path.is_file():
         return path
-    shipped = GRID_DIR / f"{path.name}.yaml" if path.suffix == "" else GRID_DIR / path.name
-    if len(path.parts) == 1 and shipped.is_file():
-        return shipped
+    found = grid_files().get(path.stem if path.suffix == ".yaml" else path.name)
+    if len(path.parts) == 1 and found is not None:
+        return found
     raise ConfigError(f"grid file {str(path_or_name)!r} does not exist; shipped grids: {', '.join(shipped_grids())}")
 
 
@@ -347,11 +362,7 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
             "budgets is empty: add budgets: [{tokens_per_param: 20}] (or tokens / flops), or budgets per size"
         )
     variants = _parse_variants(data.get("variants", ["baseline", "full", {"block": [4]}]))
-    seeds = tuple(
-        _integer(s, "seeds", minimum=0) for s in _as_list(data.get("seeds", [defaults.get("train", {}).get("seed", 0)]))
-    )
-    if not seeds:
-        raise ConfigError("seeds is empty: give a seed or a list of seeds, e.g. seeds: [0, 1]")
+    seeds = _parse_seeds(data.get("seeds", [defaults.get("train", {}).get("seed", 0)]), "seeds")
     lr = _parse_lr(data.get("lr"))
     slurm = data.get("slurm") or {}
     from sweeps.slurm import check_resources
@@ -450,14 +461,20 @@ def _parse_branches(value: Any) -> BranchSpec | None:
         return BranchSpec()
     if not isinstance(value, Mapping):
         raise ConfigError(f"branches must be a mapping like {{decay_frac: 0.2}}, got {value!r}")
-    _check_keys(value, ("decay_frac", "stable"), "branches.")
+    _check_keys(value, ("decay_frac", "stable", "max_warmup_frac"), "branches.")
     frac = value.get("decay_frac", BranchSpec.decay_frac)
     if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < 1:
         raise ConfigError(f"branches.decay_frac must be a fraction in (0, 1), got {frac!r}")
+    cap = value.get("max_warmup_frac", BranchSpec.max_warmup_frac)
+    if cap is not None and (not isinstance(cap, (int, float)) or isinstance(cap, bool) or not 0 <= cap < 1):
+        raise ConfigError(
+            f"branches.max_warmup_frac must be a fraction in [0, 1) of the shortest branch, or null (no cap), got "
+            f"{cap!r}"
+        )
     stable = None
     if value.get("stable") is not None:
         (stable,) = _parse_budgets([value["stable"]], "branches.stable")
-    return BranchSpec(float(frac), stable)
+    return BranchSpec(float(frac), stable, None if cap is None else float(cap))
 
 
 def _parse_budgets(value: Any, where: str) -> tuple[BudgetSpec, ...]:
@@ -483,7 +500,7 @@ def _parse_model_variant(entry: Mapping[str, Any]) -> VariantSpec:
     """``{name: LABEL, model: {residual: ..., ...}}``: a variant with its own model.* settings (an ablation)."""
     unknown = set(entry) - {"name", "model"}
     if unknown:
-        raise unknown_key("variants: ", sorted(unknown)[0], ("name", "model"))
+        raise unknown_key("variants: ", sorted(unknown)[0], ("name", "model", *VARIANT_RUN_KEYS))
     model = entry.get("model")
     if not isinstance(model, Mapping) or "residual" not in model:
         raise ConfigError(f"variants: {dict(entry)!r} needs model: {{residual: ..., ...}} (any model.* fields)")
@@ -498,51 +515,100 @@ def _parse_model_variant(entry: Mapping[str, Any]) -> VariantSpec:
     return VariantSpec(cfg.residual, n_blocks, model=tuple(sorted(dict(model).items())), name=name)
 
 
+VARIANT_RUN_KEYS = ("lr", "seeds")  # a variant entry's own learning rates and seeds, replacing the grid's
+
+
 def _parse_variants(value: Any) -> tuple[VariantSpec, ...]:
-    choices = "baseline, full, block (with N: {block: [2, 4]} or {block: divisors}), or {name: LABEL, model: {...}}"
+    """Every variant entry; a mapping entry may carry its own ``lr:`` and ``seeds:`` (:class:`VariantSpec`)."""
     out: list[VariantSpec] = []
     for entry in _as_list(value):
-        if isinstance(entry, Mapping) and "model" in entry:
-            out.append(_parse_model_variant(entry))
-            continue
-        if isinstance(entry, str):
-            text = entry.strip().lower()
-            if text == "block":  # N from the grid's default
-                out.append(VariantSpec("block", None))
-                continue
-            if main := Variant.parse_main(text):
-                out.append(VariantSpec(main.name, main.n_blocks))
-                continue
-            hint = difflib.get_close_matches(text, ["baseline", "full", "block"], n=1)
-            raise ConfigError(
-                f"variants: unknown variant {entry!r}"
-                + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                + f"; choose {choices}"
-            )
-        if isinstance(entry, Mapping) and len(entry) == 1:
-            ((key, n_values),) = entry.items()
-            if key != "block":
-                hint = difflib.get_close_matches(str(key), ["block"], n=1)
-                raise ConfigError(
-                    f"variants: unknown variant {key!r}"
-                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                    + f"; choose {choices}"
-                )
-            if n_values == "divisors":
-                out.append(VariantSpec("block", "divisors"))
-                continue
-            for n in _as_list(n_values):
-                out.append(VariantSpec("block", _integer(n, "variants: block N", minimum=-(10**9))))
-            continue
-        raise ConfigError(f"variants: cannot read {entry!r}; choose {choices}")
+        own: dict[str, Any] = {}
+        if isinstance(entry, Mapping) and set(entry) & set(VARIANT_RUN_KEYS):
+            entry = dict(entry)
+            where = f"variants: {entry!r}: "
+            if "lr" in entry:
+                lr = _parse_lr(entry.pop("lr"), where + "lr")
+                if not isinstance(lr, tuple):
+                    raise ConfigError(f"{where}lr must be rates (a value, a list or {{centre, factor, count}})")
+                own["lr"] = lr
+            if "seeds" in entry:
+                own["seeds"] = _parse_seeds(entry.pop("seeds"), where + "seeds")
+            if not entry:
+                raise ConfigError(f"{where}name the variant too, e.g. {{block: [2], seeds: [0]}}")
+        out += [dataclasses.replace(spec, **own) for spec in _parse_variant_entry(entry)]
     if not out:
-        raise ConfigError(f"variants is empty; choose among {choices}")
+        raise ConfigError(f"variants is empty; choose among {_VARIANT_CHOICES}")
     return tuple(out)
 
 
-def _parse_lr(value: Any) -> tuple[float, ...] | str | None:
+_VARIANT_CHOICES = (
+    "baseline, full, block (with N: {block: [2, 4]} or {block: divisors}), or {name: LABEL, model: {...}}"
+)
+
+
+def _parse_variant_entry(entry: Any) -> list[VariantSpec]:
+    """The variants of one entry of ``variants:`` (``{block: [2, 4]}`` is two)."""
+    if isinstance(entry, Mapping) and "model" in entry:
+        return [_parse_model_variant(entry)]
+    if isinstance(entry, str):
+        text = entry.strip().lower()
+        if text == "block":  # N from the grid's default
+            return [VariantSpec("block", None)]
+        if main := Variant.parse_main(text):
+            return [VariantSpec(main.name, main.n_blocks)]
+        raise _unknown_variant(entry, text, ["baseline", "full", "block"])
+    if isinstance(entry, Mapping) and len(entry) == 1:
+        ((key, n_values),) = entry.items()
+        if key != "block":
+            raise _unknown_variant(key, str(key), ["block"])
+        if n_values == "divisors":
+            return [VariantSpec("block", "divisors")]
+        return [VariantSpec("block", _integer(n, "variants: block N", minimum=-(10**9))) for n in _as_list(n_values)]
+    raise ConfigError(f"variants: cannot read {entry!r}; choose {_VARIANT_CHOICES}")
+
+
+def _unknown_variant(entry: Any, text: str, names: list[str]) -> ConfigError:
+    hint = difflib.get_close_matches(text, names, n=1)
+    return ConfigError(
+        f"variants: unknown variant {entry!r}"
+        + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        + f"; choose {_VARIANT_CHOICES}"
+    )
+
+
+def _parse_seeds(value: Any, where: str) -> tuple[int, ...]:
+    seeds = tuple(_integer(s, where, minimum=0) for s in _as_list(value))
+    if not seeds:
+        raise ConfigError(f"{where} is empty: give a seed or a list of seeds, e.g. seeds: [0, 1]")
+    return seeds
+
+
+LR_LADDER_KEYS = ("centre", "factor", "count")
+
+
+def lr_ladder(centre: float, factor: float, count: int) -> tuple[float, ...]:
+    """``count`` learning rates a factor ``factor`` apart, centred (geometrically) on ``centre``: 4 rates a factor
+    2 apart around c are c x 2^(-1.5, -0.5, 0.5, 1.5)."""
+    return tuple(centre * factor ** (i - (count - 1) / 2) for i in range(count))
+
+
+def _parse_lr(value: Any, where: str = "lr") -> tuple[float, ...] | str | None:
     if value is None:
         return None
+    if isinstance(value, Mapping):
+        _check_keys(value, LR_LADDER_KEYS, where + ".")
+        missing = [k for k in LR_LADDER_KEYS if k not in value]
+        if missing:
+            raise ConfigError(
+                f"{where} needs {', '.join(missing)}: {{centre: C, factor: F, count: K}} is K rates a factor F apart "
+                "around C"
+            )
+        factor = _number(value["factor"], f"{where}.factor")
+        if not factor > 1:
+            raise ConfigError(f"{where}.factor must be > 1 (the ratio of neighbouring rates), got {value['factor']!r}")
+        return lr_ladder(
+            _number(value["centre"], f"{where}.centre"), factor, _integer(value["count"], f"{where}.count")
+        )
     if isinstance(value, str) and value.strip().lower() in TUNED:
         return value.strip().lower()
     if isinstance(value, str) and value.strip().lower().startswith("tuned"):
@@ -551,9 +617,9 @@ def _parse_lr(value: Any) -> tuple[float, ...] | str | None:
             "baseline's tuned values), tuned-per-variant (every variant tuned on its own, the same trials each) or "
             "tuned (a variant's own values where it was tuned, else the baseline's)"
         )
-    values = tuple(_number(v, "lr") for v in _as_list(value))
+    values = tuple(_number(v, where) for v in _as_list(value))
     if not values:
-        raise ConfigError("lr is empty: give a value, a list, or tuned")
+        raise ConfigError(f"{where} is empty: give a value, a list, {{centre, factor, count}}, or tuned")
     return values
 
 
@@ -686,7 +752,9 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
             for spec in grid.variants:
                 for label, residual, n_blocks in spec.for_size(size.n_layer, _default_n_blocks(grid)):
                     extra: dict[str, Any] = {}
-                    if isinstance(grid.lr, str):
+                    if spec.lr is not None:
+                        lrs = spec.lr
+                    elif isinstance(grid.lr, str):
                         lrs: tuple[float | None, ...] = (None,)
                         if tuned is not None:
                             extra = tuned_values(
@@ -699,7 +767,7 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
                     else:
                         lrs = grid.lr or (None,)
                     for lr in lrs:
-                        for seed in grid.seeds:
+                        for seed in spec.seeds or grid.seeds:
                             data = _run_data(grid, size, budget, residual, n_blocks, lr, seed, params)
                             data["model"].update(dict(spec.model))
                             data["train"].update(extra)
@@ -719,7 +787,8 @@ def _expand(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]:
 def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
     """``branches:``: the runs of each (size, variant, lr, seed), one per budget, become WSD branches of one trunk.
 
-    Every branch and its trunk share the warm-up: ``warmup_frac`` of the longest branch, in tokens. The trunk
+    Every branch and its trunk share the warm-up: ``warmup_frac`` of the longest branch, in tokens, capped at
+    ``max_warmup_frac`` of the shortest (:class:`BranchSpec`). The trunk
     (``schedule: constant``, in ``<sweep>-trunk``) keeps a checkpoint at each branch's decay start and runs first:
     a size's trunks, then its branches."""
     from attnres.training.branches import branch_step, check_branch, trunk_of
@@ -732,8 +801,10 @@ def _as_branches(grid: Grid, runs: list[PlannedRun]) -> list[PlannedRun]:
     branch_of: dict[int, PlannedRun] = {}  # id of the plain run -> its branch (branches keep the grid's order)
     for group in groups.values():
         first = group[0].cfg
-        longest = max(run_budget(r.cfg).tokens for r in group)
-        warmup = round(first.train.warmup_frac * longest)
+        lengths = [run_budget(r.cfg).tokens for r in group]
+        warmup = round(first.train.warmup_frac * max(lengths))
+        if spec.max_warmup_frac is not None:
+            warmup = min(warmup, round(spec.max_warmup_frac * min(lengths)))
         made = []
         for run in group:
             train = dataclasses.replace(

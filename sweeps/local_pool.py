@@ -9,6 +9,9 @@ A run's output goes to ``RUN_DIR/train.log``. Workers die with the launcher (``P
 killing the launcher never leaves an orphan training in the background; the killed run resumes from its
 last checkpoint on the next ``sweep run``.
 
+A WSD branch whose trunk is in the same pass waits until its trunk has finished (another run goes first), so that it
+starts from the trunk's checkpoint rather than from step 0.
+
 A run another process is training (its claim is held, see :mod:`sweeps.claim`) is set aside and tried
 again when it is released: if the other process finished it, it is skipped; if it died, it is resumed. So two
 launchers on the same grid and results directory finish everything between them and never train a run twice.
@@ -224,6 +227,7 @@ def run_local(
         runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
         launcher = _Launcher(runs, dirs, outcomes, pending, start_steps, log, poll_s)
+        launcher.after = _trunks(runs)
         launcher.bar = _progress(launcher.total_steps, launcher.steps_done, sweep, progress)
         interrupted = launcher.run(workers)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
@@ -235,6 +239,21 @@ def run_local(
     return SweepSummary(
         sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped, interrupted=interrupted
     )
+
+
+def _trunks(runs: list[RunConfig]) -> dict[int, int]:
+    """Each WSD branch's trunk among ``runs``: {branch index: trunk index}."""
+    from attnres.training.branches import trunk_of
+
+    where = {(cfg.sweep, cfg.run_id): i for i, cfg in enumerate(runs)}
+    out = {}
+    for i, cfg in enumerate(runs):
+        if cfg.train.trunk_tokens is not None:
+            trunk = trunk_of(cfg)
+            j = where.get((trunk.sweep, trunk.run_id))
+            if j is not None:
+                out[i] = j
+    return out
 
 
 def _finished(cfg: RunConfig, run_dir: Path, row: dict, error: str | None = None) -> RunOutcome:
@@ -254,6 +273,7 @@ class _Launcher:
         self.step = dict(start_steps)
         self.total_steps, self.steps_done = sum(self.max_steps.values()), sum(self.step.values())
         self.deferred: dict[int, float] = {}  # run index -> when it was found busy
+        self.after: dict[int, int] = {}  # a branch's index -> its trunk's: handed out once the trunk has an outcome
         self.pool: list[_Worker] = []
         self.ctx = mp.get_context("spawn")
         self.restarts = 0
@@ -270,6 +290,8 @@ class _Launcher:
                 if not active:
                     if self.deferred:
                         time.sleep(self.poll_s)
+                    elif self.pending:  # only branches of trunks that are not here: nothing holds them now
+                        self.after.clear()
                     continue
                 self.collect(active)
         except KeyboardInterrupt:
@@ -315,7 +337,9 @@ class _Launcher:
         for w in self.pool:
             if w.task is not None:
                 continue
-            index = self.pending.popleft() if self.pending else _ready(self.deferred, self.dirs, self.poll_s)
+            index = self.next_pending()
+            if index is None:
+                index = _ready(self.deferred, self.dirs, self.poll_s)
             if index is None:
                 return
             row = read_status(self.dirs[index])  # another launcher may have finished it meanwhile
@@ -335,6 +359,16 @@ class _Launcher:
                 self.pool.append(self.start_worker())
                 return
             w.task = index
+
+    def next_pending(self) -> int | None:
+        """The first pending run that waits for nothing: a branch waits for its trunk while the trunk is pending or
+        training here (a trunk another launcher trains, or one that failed, does not hold it)."""
+        waiting = set(self.pending) | set(self.training()) | set(self.deferred)
+        for index in self.pending:
+            if self.after.get(index) not in waiting:
+                self.pending.remove(index)
+                return index
+        return None
 
     def collect(self, active: list[_Worker]) -> None:
         """Wait up to ``poll_s`` for outcomes; a worker that died fails its run and is replaced if work is left."""
