@@ -145,7 +145,7 @@ def residual_draws(residuals: np.ndarray, n_boot: int, rng: np.random.Generator)
 def run_draws(run_losses: np.ndarray, n_boot: int, rng: np.random.Generator, aggregate: str) -> np.ndarray:
     """``(n_boot,)`` log losses of a point whose m runs are resampled with replacement and aggregated again.
 
-    ``aggregate`` is "mean" (mean of the losses, then the log) or "best" (the lowest loss). For "mean" the
+    ``aggregate`` is "mean" (mean of the losses, then the log), "median" or "best" (the lowest loss). For "mean" the
     runs' deviations from their mean are scaled by sqrt(m / (m - 1)) before resampling, because the
     bootstrap variance of a mean of m draws is (m - 1) / m of the sample variance (a third too small for
     three seeds). The minimum ("best") is resampled as it is.
@@ -156,6 +156,9 @@ def run_draws(run_losses: np.ndarray, n_boot: int, rng: np.random.Generator, agg
         centre = run_losses.mean()
         run_losses = centre + math.sqrt(m / (m - 1)) * (run_losses - centre)
     picked = run_losses[rng.integers(0, m, size=(n_boot, m))]
-    value = picked.mean(axis=1) if aggregate == "mean" else picked.min(axis=1)
+    if aggregate == "median":
+        value = np.median(picked, axis=1)
+    else:
+        value = picked.mean(axis=1) if aggregate == "mean" else picked.min(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.log(value)

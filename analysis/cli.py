@@ -27,8 +27,37 @@ def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     parser.add_argument(
         "--select",
         default="mean",
-        choices=["mean", "best"],
-        help="point per (variant, size, budget): mean over seeds at the best LR (default), or the best run",
+        choices=["mean", "median", "best"],
+        help=(
+            "point per (variant, size, budget): mean over seeds at the best LR (default), their median, or the best run"
+        ),
+    )
+    parser.add_argument(
+        "--lr",
+        default="best",
+        choices=["best", "envelope"],
+        help=(
+            "each cell's learning rate where a grid trained several: the best rate trained (default), or envelope: "
+            "the minimum of a parabola fitted to log loss against ln(rate) over the swept rates (docs/analysis.md)"
+        ),
+    )
+    parser.add_argument(
+        "--protocol",
+        default="per-variant",
+        choices=["per-variant", "paper"],
+        help=(
+            "every variant at its own best learning rate (default), or at the baseline's (the paper's protocol); "
+            "a grid that swept rates gets the other one beside the headline too"
+        ),
+    )
+    parser.add_argument(
+        "--stall-margin",
+        type=float,
+        default=0.05,
+        help=(
+            "flag a run whose training loss lags its cell's other seeds by more than this fraction early in "
+            "training (default 0.05; 0: no flags); the headline is also given without the flagged runs"
+        ),
     )
     parser.add_argument(
         "--baseline", default="baseline", help="the variant the others are compared with (default: baseline)"
@@ -89,6 +118,9 @@ def fit_options(args: argparse.Namespace) -> dict:
         "sweeps": args.sweep,
         "chinchilla": not args.no_chinchilla,
         "interval": args.interval,
+        "lr": args.lr,
+        "protocol": args.protocol,
+        "stall_margin": args.stall_margin,
     }
 
 

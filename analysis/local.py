@@ -78,7 +78,7 @@ class _SeedDraws:
         return np.log(scaled[self.picks[key]].mean(axis=1))
 
 
-def _global_log_slope(study: Study, base: str, log_c: float) -> float:
+def global_log_slope(study: Study, base: str, log_c: float) -> float:
     """-d log L / d log C of the baseline's global law at log C (alpha for the paper's form)."""
     fit = study.fits[base]
     log_a, alpha, e_value = (float(v[0]) for v in law_arrays(fit.model, fit.theta[None]))
@@ -116,7 +116,7 @@ def local_multipliers(
         near = np.sort(np.argsort(np.abs(x_base - log_c), kind="stable")[:LOCAL_BUDGETS])
         x = x_base[near]
         fixed = near.size < LOCAL_BUDGETS
-        slope = _global_log_slope(study, base, log_c) if fixed else None
+        slope = global_log_slope(study, base, log_c) if fixed else None
         same = [r for r, j in enumerate(near) if repr(b.budget_keys[int(j)]) == repr(v.budget_keys[k])]
         anchor = same[0] if same else None
 

@@ -6,8 +6,11 @@ Pure pandas/numpy on the runs table of :func:`analysis.load_results`; never impo
   size with several ``n_blocks`` (a block-size ablation) is split into ``<variant>-N<n_blocks>`` curves.
 * A **point** is one (curve, model shape, token budget): the finished runs of that curve with the same
   ``n_layer``, ``d_model`` and ``tokens``, across seeds and learning rates. The learning rate is chosen
-  first (lowest mean loss over its seeds; with ``method="best"``, lowest single loss), then the point is the
-  mean of that LR's seeds (``method="mean"``, the default) or its best seed (``method="best"``).
+  first (lowest mean loss over its seeds; with ``method="best"``, lowest single loss; ``"median"``, lowest
+  median), then the point is the mean of that LR's seeds (``method="mean"``, the default), their median, or the
+  best seed (``method="best"``). With ``rates`` (the paper's protocol on a grid that swept rates), every curve
+  is read at the given rate of its cell instead of its own best. The learning-rate envelope
+  (:mod:`analysis.envelope`) is the other way to pick a cell's rate.
 * With several model sizes per compute budget (an IsoFLOP grid), a curve's point per budget is the minimum
   of a robust quadratic fit of log loss in log N over that budget's sizes; a budget whose lowest measured
   loss is at the smallest or largest size (the optimum is off the grid), or with fewer than three sizes,
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -26,7 +30,37 @@ from analysis.errors import AnalysisError
 from analysis.fit import HUBER_DELTA, _minimize
 from attnres.variants import Variant
 
-SELECT_METHODS = ("mean", "best")
+SELECT_METHODS = ("mean", "median", "best")
+POINT_COLUMNS = (
+    "sweep",
+    "curve",
+    "variant",
+    "n_blocks",
+    "n_layer",
+    "d_model",
+    "params",
+    "tokens",
+    "flops",
+    "flops_per_token",
+    "loss",
+    "lr",
+    "n_runs",
+    "n_runs_total",
+    "run_ids",
+    "run_losses",
+    "run_seeds",
+    "flops_per_s",
+)
+
+
+def aggregate_losses(losses: np.ndarray, method: str) -> float:
+    """A point's loss from its seeds' losses: their mean, median, or the best (lowest)."""
+    losses = np.asarray(losses, dtype=float)
+    if method == "median":
+        return float(np.median(losses))
+    return float(losses.mean() if method == "mean" else losses.min())
+
+
 BUDGET_RTOL = 0.05  # runs whose FLOPs differ by less than this (relative) share a budget (steps are rounded)
 
 
@@ -63,7 +97,9 @@ def curve_labels(runs: pd.DataFrame) -> pd.Series:
     return labels
 
 
-def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
+def select_points(
+    runs: pd.DataFrame, *, method: str = "mean", rates: Mapping[tuple[str, int, int, float], float] | None = None
+) -> pd.DataFrame:
     """One row per (sweep, curve, n_layer, d_model, tokens) from the finished runs (see the module docstring).
 
     Columns: sweep, curve, variant, n_blocks, n_layer, d_model, params, tokens, flops, flops_per_token,
@@ -72,36 +108,22 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
     tokens_per_s x flops_per_token; NaN when not recorded).
     """
     if method not in SELECT_METHODS:
-        raise AnalysisError(f"unknown selection {method!r}; use 'mean' (mean over seeds) or 'best' (best run)")
+        raise AnalysisError(
+            f"unknown selection {method!r}; use 'mean' (mean over seeds), 'median' (median over seeds) or 'best' "
+            "(best run)"
+        )
     runs = finished_runs(runs)
-    columns = [
-        "sweep",
-        "curve",
-        "variant",
-        "n_blocks",
-        "n_layer",
-        "d_model",
-        "params",
-        "tokens",
-        "flops",
-        "flops_per_token",
-        "loss",
-        "lr",
-        "n_runs",
-        "n_runs_total",
-        "run_ids",
-        "run_losses",
-        "run_seeds",
-        "flops_per_s",
-    ]
+    columns = list(POINT_COLUMNS)
     if runs.empty:
         return pd.DataFrame(columns=columns)
     runs = runs.assign(curve=curve_labels(runs), val_loss=pd.to_numeric(runs["val_loss"]))
     rows = []
     for key, group in runs.groupby(["sweep", "curve", "n_layer", "d_model", "tokens"], sort=True):
         by_lr = group.groupby("lr")["val_loss"]
-        score = by_lr.mean() if method == "mean" else by_lr.min()
+        score = {"mean": by_lr.mean, "median": by_lr.median, "best": by_lr.min}[method]()
         lr = score.idxmin()
+        if rates is not None:
+            lr = _rate_of(rates, key, group, lr)
         chosen = group[group["lr"] == lr].sort_values("run_id")
         losses = chosen["val_loss"].to_numpy(dtype=float)
         throughput = pd.to_numeric(chosen["tokens_per_s"], errors="coerce") * chosen["flops_per_token"]
@@ -118,7 +140,7 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
                 "tokens": float(key[4]),
                 "flops": float(chosen["flops"].mean()),
                 "flops_per_token": float(chosen["flops_per_token"].mean()),
-                "loss": float(losses.mean() if method == "mean" else losses.min()),
+                "loss": aggregate_losses(losses, method),
                 "lr": float(lr),
                 "n_runs": int(losses.size),
                 "n_runs_total": int(len(group)),
@@ -133,6 +155,31 @@ def select_points(runs: pd.DataFrame, *, method: str = "mean") -> pd.DataFrame:
         .sort_values(["sweep", "curve", "flops"], kind="stable")
         .reset_index(drop=True)
     )
+
+
+def _rate_of(rates: Mapping[tuple[str, int, int, float], float], key: tuple, group: pd.DataFrame, own: float) -> float:
+    """The rate a cell is read at under ``rates`` (its own best where ``rates`` has no entry for it); a rate the
+    curve was not trained at is an error naming the cell."""
+    sweep, curve, n_layer, d_model, tokens = key
+    wanted = next(
+        (
+            lr
+            for (s, nl, dm, tok), lr in rates.items()
+            if (s, nl, dm) == (sweep, n_layer, d_model) and math.isclose(tok, float(tokens), rel_tol=1e-9)
+        ),
+        None,
+    )
+    if wanted is None:
+        return own
+    trained = group["lr"].astype(float).to_numpy()
+    match = trained[np.isclose(trained, wanted, rtol=1e-9)]
+    if match.size == 0:
+        raise AnalysisError(
+            f"--protocol paper: {sweep}/{curve} at L{n_layer}-d{d_model}, {float(tokens):,.0f} tokens, has no run at "
+            f"the baseline's best rate {wanted:.4g} (its rates: {', '.join(f'{r:.4g}' for r in sorted(set(trained)))})"
+            "; train it there, or fit with --lr envelope, which reads its fitted curve at that rate"
+        )
+    return float(match[0])
 
 
 def budget_groups(flops: np.ndarray, rtol: float = BUDGET_RTOL) -> np.ndarray:

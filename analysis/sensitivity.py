@@ -6,7 +6,7 @@ The choices (Porian et al. 2024 show each can move a fitted scaling law by more 
 * the fit form: ``A*C^-alpha`` or ``E+A*C^-alpha``;
 * the Huber delta on log-loss residuals: 1e-3 (at 1-2 % residuals close to least absolute deviations), 1e-1,
   and least squares (a delta no log residual reaches);
-* the seed aggregation of a point: mean over seeds or the best run;
+* the seed aggregation of a point: mean over seeds, their median, or the best run;
 * leaving each budget out in turn (the same budget for every curve: a jackknife over budgets).
 
 Every alternative changes one choice of the headline's and keeps the rest (exponent: shared or separate as the
@@ -106,7 +106,7 @@ def delta_name(delta: float) -> str:
 
 
 def select_name(select: str) -> str:
-    return "mean over seeds" if select == "mean" else "best run per point"
+    return {"mean": "mean over seeds", "median": "median over seeds"}.get(select, "best run per point")
 
 
 def headline_choice(settings: FitSettings, n_budgets: int) -> str:
@@ -211,14 +211,14 @@ def sweep_sensitivity(
                 delta_name(delta),
                 lambda d=delta: point_multipliers(data, settings.form, d, base, wanted),
             )
-    other_select = "best" if settings.select == "mean" else "mean"
-    add(
-        "points",
-        select_name(other_select),
-        lambda: point_multipliers(
-            prepare(replace(settings, select=other_select)), settings.form, settings.delta, base, wanted
-        ),
-    )
+    for other_select in [s for s in ("mean", "median", "best") if s != settings.select]:
+        add(
+            "points",
+            select_name(other_select),
+            lambda o=other_select: point_multipliers(
+                prepare(replace(settings, select=o)), settings.form, settings.delta, base, wanted
+            ),
+        )
     reference = next(c for c in data if c.label == base)
     for key, compute in sorted(zip(reference.budget_keys, reference.compute), key=lambda kc: kc[1]):
         add(

@@ -31,6 +31,7 @@ import pandas as pd
 
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Estimate, estimate, json_number
 from analysis.checks import MissingSeeds, check_budget_ranges, check_form_budgets, missing_seeds
+from analysis.envelope import Envelopes, has_rate_sweeps
 from analysis.errors import AnalysisError, FitInputError
 from analysis.fit import (
     HUBER_DELTA,
@@ -64,9 +65,12 @@ from analysis.multiplier import (
     shared_log_multiplier,
     wall_clock_multiplier,
 )
+from analysis.paired import PairedMultiplier, agreement, paired_multiplier
+from analysis.points import LR_RULES, PROTOCOLS, choose_points, labelled
 from analysis.select import BUDGET_RTOL, SELECT_METHODS, isoflop_frontier, needs_frontier, select_points
 from analysis.sensitivity import Sensitivity, sweep_sensitivity
 from analysis.slices import slices
+from analysis.stalls import STALL_MARGIN, Stall, find_stalls
 from analysis.throughput import RATIO_HIGH, RATIO_LOW, implausible, read_side_by_side, side_by_side_by_shape
 
 FORMAT = "attnres-fit/1"
@@ -101,6 +105,9 @@ class FitSettings:
     budget_rtol: float = BUDGET_RTOL
     chinchilla: bool = True
     interval: str = BUDGETS
+    lr: str = "best"  # a cell's rate: the best the grid trained, or the learning-rate envelope (analysis.envelope)
+    protocol: str = "per-variant"  # every variant at its own best rate, or at the baseline's ("paper")
+    stall_margin: float = STALL_MARGIN  # a run lagging its cell's other seeds by more is flagged (0: no detector)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -343,6 +350,64 @@ class BudgetMultiplier:
 
 
 @dataclass(frozen=True)
+class OtherProtocol:
+    """A variant's headline under the tuning protocol the fit was not asked for, from the same runs (a grid that
+    swept rates): the paper's (every variant at the baseline's best rate) or the per-variant one."""
+
+    protocol: str
+    multiplier: Estimate
+    exponent: str
+    reliable: bool
+    paired: PairedMultiplier | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "multiplier": self.multiplier.to_dict(),
+            "exponent": self.exponent,
+            "reliable": self.reliable,
+            "paired": None if self.paired is None else self.paired.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class ProtocolCell:
+    """One (variant, size, budget) under both protocols: its own best rate and loss, the baseline's best rate and
+    the variant's loss there, and what the paper's protocol costs it (% of its own loss)."""
+
+    curve: str
+    n_layer: int
+    d_model: int
+    tokens: float
+    own_lr: float
+    own_loss: float
+    baseline_lr: float
+    loss_at_baseline_lr: float
+    edge: str  # the own minimum's envelope edge flag ("" inside the swept rates)
+
+    @property
+    def size(self) -> str:
+        return f"L{self.n_layer}-d{self.d_model}"
+
+    @property
+    def cost_pct(self) -> float:
+        return 100 * (self.loss_at_baseline_lr / self.own_loss - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curve": self.curve,
+            "size": self.size,
+            "tokens": json_number(self.tokens),
+            "own_lr": json_number(self.own_lr),
+            "own_loss": json_number(self.own_loss),
+            "baseline_lr": json_number(self.baseline_lr),
+            "loss_at_baseline_lr": json_number(self.loss_at_baseline_lr),
+            "cost_pct": json_number(self.cost_pct),
+            "edge": self.edge,
+        }
+
+
+@dataclass(frozen=True)
 class VariantMultiplier:
     """Everything about one variant against the baseline.
 
@@ -374,6 +439,9 @@ class VariantMultiplier:
     lack_of_fit: Mapping[str, LackOfFit] = field(default_factory=dict)
     gaps: tuple[BudgetGap, ...] = ()
     sensitivity: Sensitivity | None = None  # M under other analysis choices (analysis.sensitivity)
+    paired: PairedMultiplier | None = None  # M per size from paired losses, t-interval over sizes (analysis.paired)
+    without_stalls: Estimate | None = None  # the headline refitted without the flagged runs (analysis.stalls)
+    other_protocol: OtherProtocol | None = None  # the headline under the other tuning protocol, from the same runs
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -397,6 +465,9 @@ class VariantMultiplier:
             "budgets": [b.to_dict() for b in self.budgets],
             "gaps": [g.to_dict() for g in self.gaps],
             "sensitivity": None if self.sensitivity is None else self.sensitivity.to_dict(),
+            "paired": None if self.paired is None else self.paired.to_dict(),
+            "without_stalls": None if self.without_stalls is None else self.without_stalls.to_dict(),
+            "other_protocol": None if self.other_protocol is None else self.other_protocol.to_dict(),
             "n_runs_variant": self.n_runs_variant,
             "n_runs_baseline": self.n_runs_baseline,
             "n_boot_failed": self.n_boot_failed,
@@ -433,6 +504,9 @@ class SweepFit:
     unreadable: tuple[str, ...] = ()
     missing_seeds: tuple[MissingSeeds, ...] = ()
     frontier_multipliers: tuple[FrontierMultiplier, ...] = ()  # M between the Chinchilla surfaces' frontiers
+    envelope: Envelopes | None = None  # the learning-rate envelopes the points were read off (--lr envelope)
+    stalls: tuple[Stall, ...] = ()  # runs flagged as stalled (analysis.stalls)
+    protocol_cells: tuple[ProtocolCell, ...] = ()  # both protocols per (variant, size, budget), a grid that swept rates
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:
@@ -477,6 +551,11 @@ class SweepFit:
             "multipliers": [m.to_dict() for m in self.multipliers],
             "chinchilla": {lab: fit.to_dict() for lab, fit in self.chinchilla.items()},
         }
+        out["stalls"] = [s.to_dict() for s in self.stalls]
+        if self.envelope is not None:
+            out["envelope"] = self.envelope.to_dict()
+        if self.protocol_cells:
+            out["protocol_cells"] = [c.to_dict() for c in self.protocol_cells]
         if self.frontier_multipliers:  # only where there are any: older fit.json files stay byte-identical
             out["frontier_multipliers"] = [m.to_dict() for m in self.frontier_multipliers]
         return out
@@ -589,6 +668,7 @@ class _Prepared:
     notes: list[str]
     missing_seeds: tuple[MissingSeeds, ...]
     runs: pd.DataFrame
+    envelopes: Envelopes | None = None
 
 
 def _conventions(runs: pd.DataFrame) -> tuple[str, ...]:
@@ -600,7 +680,14 @@ def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Pr
     """Step 1 of the module docstring, and the checks of :mod:`analysis.checks`: the points of every curve,
     a :class:`FitInputError` for what no fit can support, and the seeds missing at some budget."""
     notes: list[str] = []
-    points, warned = _collect_warnings(select_points, runs, method=settings.select)
+    (points, envelopes), warned = _collect_warnings(
+        choose_points,
+        runs,
+        select=settings.select,
+        lr=settings.lr,
+        protocol=settings.protocol,
+        baseline=settings.baseline,
+    )
     notes += warned
     conventions = _conventions(runs)
     if len(conventions) > 1:
@@ -616,7 +703,9 @@ def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Pr
         notes += list(frontier_notes)
     data, rows = _curve_data(curve_points, settings, notes, sweep)
     check_budget_ranges(sweep, data, settings.baseline, _UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
-    return _Prepared(sweep, points, conventions, use_frontier, data, rows, notes, missing_seeds(points), runs)
+    return _Prepared(
+        sweep, points, conventions, use_frontier, data, rows, notes, missing_seeds(points), runs, envelopes
+    )
 
 
 def _curves_under(prepared: _Prepared, settings: FitSettings) -> list[CurveData]:
@@ -627,14 +716,28 @@ def _curves_under(prepared: _Prepared, settings: FitSettings) -> list[CurveData]
         return _prepare_sweep(prepared.runs, prepared.sweep, settings).data
 
 
-def _fit_sweep(prepared: _Prepared, settings: FitSettings, folders: tuple[Path, ...] = ()) -> SweepFit:
+def _fit_sweep(
+    prepared: _Prepared, settings: FitSettings, folders: tuple[Path, ...] = (), stalls: tuple[Stall, ...] = ()
+) -> SweepFit:
     """Curves, joint fit, multipliers and Chinchilla surfaces of one prepared sweep (the module docstring's
-    steps 2-4); every note on the way goes into the sweep's notes."""
+    steps 2-4), with each variant's paired per-size M, its headline without the ``stalls`` and under the other
+    tuning protocol; every note on the way goes into the sweep's notes."""
     p, notes = prepared, prepared.notes
     if not p.data:
         notes.append("no curve could be fitted")
         return SweepFit(
-            p.sweep, p.conventions, p.frontier, (), None, (), {}, tuple(notes), p.points, missing_seeds=p.missing_seeds
+            p.sweep,
+            p.conventions,
+            p.frontier,
+            (),
+            None,
+            (),
+            {},
+            tuple(notes),
+            p.points,
+            missing_seeds=p.missing_seeds,
+            envelope=p.envelopes,
+            stalls=stalls,
         )
     fitted = [d.label for d in p.data]
     entries, source = read_side_by_side(list(folders))
@@ -657,6 +760,25 @@ def _fit_sweep(prepared: _Prepared, settings: FitSettings, folders: tuple[Path, 
             )
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: _curves_under(p, other))
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
+    multipliers = [replace(m, paired=_paired(study, m.variant, m.multiplier, settings)) for m in multipliers]
+    if stalls:
+        flagged = {s.run_id for s in stalls}
+        kept = p.runs[~p.runs["run_id"].astype(str).isin(flagged)]
+        without = _headlines(kept, p.sweep, settings, notes, f"without the {len(flagged)} run(s) flagged as stalled")
+        multipliers = [
+            replace(m, without_stalls=without[m.variant][0]) if m.variant in without else m for m in multipliers
+        ]
+    protocol_cells: tuple[ProtocolCell, ...] = ()
+    if has_rate_sweeps(labelled(p.runs)):
+        other = PROTOCOLS[1 - PROTOCOLS.index(settings.protocol)]
+        under = _headlines(p.runs, p.sweep, replace(settings, protocol=other), notes, f"under the {other} protocol")
+        multipliers = [
+            replace(m, other_protocol=OtherProtocol(other, *under[m.variant][:3], under[m.variant][3]))
+            if m.variant in under
+            else m
+            for m in multipliers
+        ]
+        protocol_cells = _protocol_cells(p.runs, settings, notes)
     curves = [_curve_result(study, label, p.rows[label], settings, notes) for label in fitted]
     chinchilla, at_frontier = {}, []
     if settings.chinchilla and not p.points.empty:
@@ -674,7 +796,70 @@ def _fit_sweep(prepared: _Prepared, settings: FitSettings, folders: tuple[Path, 
         p.points,
         missing_seeds=p.missing_seeds,
         frontier_multipliers=tuple(at_frontier),
+        envelope=p.envelopes,
+        stalls=stalls,
+        protocol_cells=protocol_cells,
     )
+
+
+def _paired(study: Study, label: str, headline: Estimate, settings: FitSettings) -> PairedMultiplier | None:
+    found = paired_multiplier(study, label, settings.baseline, settings.level)
+    return None if found is None else agreement(found, headline)
+
+
+def _headlines(
+    runs: pd.DataFrame, sweep: str, settings: FitSettings, notes: list[str], what: str
+) -> dict[str, tuple[Estimate, str, bool, PairedMultiplier | None]]:
+    """Each variant's headline M (with its exponent, reliability and paired M) from ``runs`` under ``settings``:
+    the sweep fitted again without some runs or under the other protocol; a fit that cannot be made is a note."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the sweep's own fit gave these warnings already
+            prepared = _prepare_sweep(runs, sweep, settings)
+            study, _, found = fit_curves(prepared.data, settings, notes=[])
+    except AnalysisError as err:
+        notes.append(f"M {what}: not fitted ({err})")
+        return {}
+    return {
+        m.variant: (m.multiplier, m.exponent, m.reliable, _paired(study, m.variant, m.multiplier, settings))
+        for m in found
+    }
+
+
+def _protocol_cells(runs: pd.DataFrame, settings: FitSettings, notes: list[str]) -> tuple[ProtocolCell, ...]:
+    """Every (variant, size, budget) under both protocols (:class:`ProtocolCell`)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tables = {
+                protocol: choose_points(
+                    runs, select=settings.select, lr=settings.lr, protocol=protocol, baseline=settings.baseline
+                )[0]
+                for protocol in PROTOCOLS
+            }
+    except AnalysisError as err:
+        notes.append(f"the two tuning protocols are not compared ({err})")
+        return ()
+    keys = ["curve", "n_layer", "d_model", "tokens"]
+    both = tables["per-variant"].merge(tables["paper"], on=keys, suffixes=("", "_paper"))
+    cells = []
+    for r in both.itertuples():
+        if r.curve == settings.baseline:
+            continue
+        cells.append(
+            ProtocolCell(
+                str(r.curve),
+                int(r.n_layer),
+                int(r.d_model),
+                float(r.tokens),
+                float(r.lr),
+                float(r.loss),
+                float(r.lr_paper),
+                float(r.loss_paper),
+                str(getattr(r, "lr_edge", "") or ""),
+            )
+        )
+    return tuple(cells)
 
 
 def _frontier_multipliers(
@@ -787,8 +972,11 @@ def _curve_data(
                 g["n_runs"].to_numpy(int),
                 settings.select,
                 budget_keys=_budget_keys(g),
+                # the seeds behind every point of runs, a single one too (the paired M pairs it by seed)
                 run_seeds=[
-                    None if r is None or run_losses[i] is None else np.asarray(r, dtype=int)
+                    np.asarray(r, dtype=int)
+                    if isinstance(r, tuple) and (run_losses[i] is not None or len(r) == 1)
+                    else None
                     for i, r in enumerate(g["run_seeds"] if "run_seeds" in g else [None] * len(g))
                 ],
             )
@@ -1041,50 +1229,27 @@ def _chinchilla_fits(
 
 def fit_results(
     results: Results | str | Path,
+    settings: FitSettings | None = None,
     *,
-    form: str = POWER,
-    select: str = "mean",
-    baseline: str = "baseline",
-    level: float = DEFAULT_LEVEL,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    delta: float = HUBER_DELTA,
-    exponent: str = "auto",
-    frontier: str = "auto",
-    compute_unit: str = "flops",
     sweeps: Iterable[str] | None = None,
-    chinchilla: bool = True,
-    budget_rtol: float = BUDGET_RTOL,
-    interval: str = BUDGETS,
+    **options: Any,
 ) -> FitReport:
     """Fit every sweep of a results tree: curves, joint fit, multipliers with intervals, Chinchilla surfaces.
 
-    ``results``: a :class:`Results` from :func:`analysis.load_results`, or a results directory. ``form``:
-    "A*C^-alpha" (the paper's) or "E+A*C^-alpha". ``select``: "mean" over seeds (default) or "best" run
-    per point. ``exponent``: "auto" (shared unless the exponent test says they differ), "shared" or
-    "unshared" for the headline multiplier. ``frontier``: "auto" (IsoFLOP minima when a budget has several
-    sizes), "on" or "off". ``compute_unit``: "flops" (as stored) or "pflops_days" (the paper's unit).
-    ``sweeps``: restrict to these sweep names (default: every sweep, each fitted on its own, except the
-    learning-rate searches of ``attnres tune``, whose sweeps are named ``<sweep>-tune``, and the WSD trunks of a
-    grid with ``branches:``, in ``<sweep>-trunk``). ``interval``: how the bootstrap makes a replicate, "budgets"
-    (default: each budget's deviation from the law with its seeds, resampled over budgets) or "seeds"
-    (docs/analysis.md, "Bootstrap and intervals").
+    ``results``: a :class:`Results` from :func:`analysis.load_results`, or a results directory. ``settings``: the
+    fit's options (:class:`FitSettings`, its defaults those of ``attnres fit``); ``options`` change single fields
+    of it (``form="E+A*C^-alpha"``, ``lr="envelope"``, ``n_boot=0`` ...). ``sweeps``: restrict to these sweep
+    names (default: every sweep, each fitted on its own, except the learning-rate searches of ``attnres tune``,
+    whose sweeps are named ``<sweep>-tune``, and the WSD trunks of a grid with ``branches:``, in
+    ``<sweep>-trunk``). The fields are documented in docs/analysis.md.
     """
-    settings = FitSettings(
-        form=normalize_form(form),
-        select=select,
-        baseline=baseline,
-        level=level,
-        n_boot=n_boot,
-        seed=seed,
-        delta=delta,
-        exponent=exponent,
-        frontier=frontier,
-        compute_unit=compute_unit,
-        budget_rtol=budget_rtol,
-        chinchilla=chinchilla,
-        interval=interval,
-    )
+    unknown = sorted(set(options) - set(FitSettings.__dataclass_fields__))
+    if unknown:
+        raise AnalysisError(
+            f"unknown fit option(s) {', '.join(unknown)}" + _did_you_mean(unknown[0], FitSettings.__dataclass_fields__)
+        )
+    settings = replace(settings or FitSettings(), **options)
+    settings = replace(settings, form=normalize_form(settings.form))
     _check(settings)
     if not isinstance(results, Results):
         results = load_results(results, tables=())
@@ -1113,7 +1278,9 @@ def fit_results(
     fits = []
     for i, (name, part, p) in enumerate(prepared):
         belongs = tuple(path.path for path in unreadable if _may_belong(path, name, results))
-        fits.append(replace(_fit_sweep(p, settings, _sweep_folders(results.root, part)), unreadable=belongs))
+        stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
+        fitted = _fit_sweep(p, settings, _sweep_folders(results.root, part), stalls)
+        fits.append(replace(fitted, unreadable=belongs))
         last_slice = i + 1 == len(prepared) or prepared[i + 1][0] != name
         if last_slice and len(sliced[name]) > 1 and settings.chinchilla:  # then the whole sweep as one surface
             fits.append(replace(_surface_sweep(runs[runs["sweep"] == name], name, settings), unreadable=belongs))
@@ -1174,11 +1341,19 @@ def _sweep_of(problem: Problem) -> str:
 
 def _check(s: FitSettings) -> None:
     if s.select not in SELECT_METHODS:
-        raise AnalysisError(f"select={s.select!r}: use 'mean' (mean over seeds) or 'best' (best run)")
+        raise AnalysisError(
+            f"select={s.select!r}: use 'mean' (mean over seeds), 'median' (median over seeds) or 'best' (best run)"
+        )
     if s.exponent not in EXPONENT_MODES:
         raise AnalysisError(f"exponent={s.exponent!r}: use one of {', '.join(EXPONENT_MODES)}")
     if s.frontier not in FRONTIER_MODES:
         raise AnalysisError(f"frontier={s.frontier!r}: use one of {', '.join(FRONTIER_MODES)}")
+    if s.lr not in LR_RULES:
+        raise AnalysisError(f"lr={s.lr!r}: use one of {', '.join(LR_RULES)}")
+    if s.protocol not in PROTOCOLS:
+        raise AnalysisError(f"protocol={s.protocol!r}: use one of {', '.join(PROTOCOLS)}")
+    if not (s.stall_margin >= 0 and math.isfinite(s.stall_margin)):
+        raise AnalysisError(f"stall_margin must be >= 0 (0: no stall detector), got {s.stall_margin!r}")
     if s.interval not in INTERVAL_METHODS:
         raise AnalysisError(f"interval={s.interval!r}: use one of {', '.join(INTERVAL_METHODS)}")
     if s.compute_unit not in COMPUTE_UNITS:

@@ -15,90 +15,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from analysis.bootstrap import Estimate
 from analysis.fit import OFFSET_POWER, POWER
+from analysis.robust_tables import envelope_table, paired_table, protocol_cell_table, protocol_table, stall_texts
+from analysis.table_format import (
+    MISSING_SEEDS,
+    NO_INTERVAL,
+    Cell,
+    FitTable,
+    FitText,
+    has_intervals,
+    interval_name,
+    intervals_text,
+    number,
+    ordered_multipliers,
+    with_interval,
+)
 from analysis.throughput import implausible
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
     from analysis.fit import JointPowerLawFit
-    from analysis.sweep_fits import FitReport, FitSettings, SweepFit, VariantMultiplier
-
-Cell = str | int
+    from analysis.sweep_fits import FitReport, FitSettings, SweepFit
 
 SURFACE = "Chinchilla surface L(N, D) = E + A / N^alpha + B / D^beta"
-
-
-@dataclass(frozen=True)
-class FitTable:
-    """A table of the fit: ``header``, ``rows`` of cells, the CLI's ``title`` line and the report's
-    ``caption`` (either may be empty)."""
-
-    header: tuple[str, ...]
-    rows: tuple[tuple[Cell, ...], ...]
-    title: str = ""
-    caption: str = ""
-
-    def text_lines(self) -> list[str]:
-        """The table as ``attnres fit`` prints it: left-aligned columns two spaces apart, a dashed rule under
-        the header, no trailing spaces."""
-        cells = [[str(c) for c in row] for row in self.rows]
-        widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(self.header)]
-
-        def line(texts: Sequence[str]) -> str:
-            return "  ".join(t.ljust(w) for t, w in zip(texts, widths)).rstrip()
-
-        return [line(self.header), line(["-" * w for w in widths])] + [line(r) for r in cells]
-
-    def frame(self) -> pd.DataFrame:
-        """The table as a DataFrame (the report's; one column per header cell)."""
-        import pandas as pd
-
-        return pd.DataFrame([list(r) for r in self.rows], columns=list(self.header))
-
-
-@dataclass(frozen=True)
-class FitText:
-    """One statement in its two wordings: ``line`` as ``attnres fit`` prints it, ``sentence`` as the report
-    writes it."""
-
-    line: str
-    sentence: str
-
-
-def number(x: float | None, digits: int = 4) -> str:
-    """A number in a table: ``digits`` significant digits, ``nan`` / ``inf`` as words."""
-    return "nan" if x is None else Estimate(x).text(digits)
-
-
-NO_INTERVAL = "no interval (--n-boot 0)"
-MISSING_SEEDS = "seeds missing at some budgets (other curves ran them there; no point is dropped)"
-
-
-def has_intervals(settings: FitSettings) -> bool:
-    """Whether the fit was bootstrapped at all (``--n-boot 0``: point estimates only, no interval anywhere)."""
-    return settings.n_boot > 0
-
-
-def interval_name(settings: FitSettings) -> str:
-    """``90% CI``: the name of the intervals in the tables' headers (empty without a bootstrap)."""
-    return f"{int(round(settings.level * 100))}% CI" if has_intervals(settings) else ""
-
-
-def with_interval(name: str, settings: FitSettings) -> str:
-    """A column header: ``M [90% CI]``, or plain ``M`` when there is no bootstrap (``--n-boot 0``)."""
-    pct = interval_name(settings)
-    return f"{name} [{pct}]" if pct else name
-
-
-def intervals_text(settings: FitSettings) -> str:
-    """How the intervals are described in a sentence: ``90% bootstrap intervals``, or
-    :data:`NO_INTERVAL`."""
-    return f"{int(round(settings.level * 100))}% bootstrap intervals" if has_intervals(settings) else NO_INTERVAL
 
 
 def curve_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
@@ -130,10 +71,6 @@ def joint_text(joint: JointPowerLawFit) -> FitText:
     )
 
 
-def _ordered(sw: SweepFit, order: Sequence[str] | None) -> list[VariantMultiplier]:
-    return list(sw.multipliers) if order is None else [sw.multiplier(v) for v in order]
-
-
 def multiplier_table(
     sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None, *, brief: bool = True
 ) -> FitTable:
@@ -161,7 +98,7 @@ def multiplier_table(
             status,
         )
     rows = []
-    for m in _ordered(sw, order):
+    for m in ordered_multipliers(sw, order):
         cells: dict[str, Cell] = {
             "variant": m.variant,
             "largest C": number(m.compute, 4),
@@ -207,7 +144,7 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
             b.wall_clock.text() + (" !" if implausible(b.throughput_ratio) else ""),
             number(b.throughput_ratio, 3),
         )
-        for m in _ordered(sw, order)
+        for m in ordered_multipliers(sw, order)
         for b in m.budgets
     )
     return FitTable(
@@ -229,7 +166,7 @@ def gap_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None =
     header = ("variant", "C", "seeds", "paired", gap, pct)
     rows = tuple(
         (m.variant, number(g.compute, 4), g.n_seeds, "yes" if g.paired else "no", g.gap.text(3), g.gap_pct.text(3))
-        for m in _ordered(sw, order)
+        for m in ordered_multipliers(sw, order)
         for g in m.gaps
     )
     text = "variant's mean loss minus the baseline's at each budget, paired over shared seeds (no fitted law):"
@@ -256,7 +193,7 @@ def sensitivity_table(sw: SweepFit, order: Sequence[str] | None = None) -> FitTa
     """One row per analysis choice (the headline's first, then each alternative: form, Huber delta, seed
     aggregation, each budget left out), one column per variant: M at its largest budget, point estimates;
     the last row is the range over the alternatives."""
-    ms = [m for m in _ordered(sw, order) if m.sensitivity is not None]
+    ms = [m for m in ordered_multipliers(sw, order) if m.sensitivity is not None]
     if not ms:
         return FitTable((), ())
     first = ms[0].sensitivity
@@ -279,7 +216,7 @@ def sensitivity_texts(sw: SweepFit, order: Sequence[str] | None = None) -> tuple
     """Per variant, the choice its headline shows and the range of M across the alternatives, naming the two
     ends."""
     out = []
-    for m in _ordered(sw, order):
+    for m in ordered_multipliers(sw, order):
         s = m.sensitivity
         if s is None:
             continue
@@ -303,7 +240,7 @@ def exponent_texts(sw: SweepFit, order: Sequence[str] | None = None) -> tuple[Fi
             f"{m.variant}: {m.exponent} exponent, {m.exponent_reason}",
             f"`{m.variant}`: {m.exponent} exponent, {m.exponent_reason}",
         )
-        for m in _ordered(sw, order)
+        for m in ordered_multipliers(sw, order)
     )
 
 
@@ -392,12 +329,13 @@ def _settings_lines(report: FitReport) -> list[str]:
 
     s = report.settings
     form_text = "L = A * C^-alpha" if s.form == POWER else "L = E + A * C^-alpha"
-    select_text = (
-        "mean over seeds at the best LR" if s.select == "mean" else "best run (lowest loss over seeds and LRs)"
+    select_text = {"mean": "mean over seeds at the best LR", "median": "median over seeds at the best LR"}.get(
+        s.select, "best run (lowest loss over seeds and LRs)"
     )
     return [
         f"  inputs sha256 {report.inputs_hash}; {report.n_runs} run(s) read, {len(report.problems)} problem(s)",
         f"  form {form_text}; compute in {UNIT_NAMES[s.compute_unit]}; points: {select_text}",
+        *_rate_lines(s),
         f"  Huber delta {s.delta:g} on log loss; "
         + (
             f"{s.n_boot} bootstrap resamples (seed {s.seed}); intervals are {interval_name(s)}"
@@ -407,9 +345,33 @@ def _settings_lines(report: FitReport) -> list[str]:
     ]
 
 
+def _rate_lines(s: FitSettings) -> list[str]:
+    """How each cell's learning rate was chosen, where that is not the default (the best rate trained, each
+    variant its own)."""
+    if s.lr == "best" and s.protocol == "per-variant":
+        return []
+    rule = "the learning-rate envelope's minimum" if s.lr == "envelope" else "the best rate trained"
+    whose = "each variant's own"
+    if s.protocol == "paper":
+        whose = "the baseline's, for every variant (the paper's protocol)"
+    return [f"  learning rate per cell: {rule}, {whose}"]
+
+
 def _table_lines(table: FitTable) -> list[str]:
     """A blank line, the table's title (when it has one), the table; indented by two spaces."""
     return ["", *([f"  {table.title}"] if table.title else []), *(f"  {line}" for line in table.text_lines())]
+
+
+def _robust_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
+    """Beside the headline: the paired per-size M, the stalled runs and M without them, the other protocol."""
+    out = []
+    for table in (paired_table(sw, settings), protocol_table(sw, settings)):
+        if table.rows:
+            out += _table_lines(table)
+    stalls = stall_texts(sw)
+    if stalls:
+        out += ["", *(f"  {t.line}" for t in stalls)]
+    return out
 
 
 def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
@@ -439,6 +401,7 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
                 for line, m in zip(lines[head:], sw.multipliers)
             ]
         out += lines
+        out += _robust_lines(sw, settings)
         out += _table_lines(budget_table(sw, settings))
         if any(m.gaps for m in sw.multipliers):
             out += _table_lines(gap_table(sw, settings))
@@ -447,6 +410,10 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
         if sensitivity.rows:
             out += _table_lines(sensitivity)
             out += [f"  {text.line}" for text in sensitivity_texts(sw)]
+    if sw.envelope is not None:
+        out += _table_lines(envelope_table(sw))
+    if sw.protocol_cells:
+        out += _table_lines(protocol_cell_table(sw))
     if sw.chinchilla:
         out += _table_lines(chinchilla_table(sw, settings))
     if sw.frontier_multipliers:

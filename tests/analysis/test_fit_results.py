@@ -159,8 +159,12 @@ def test_an_unknown_baseline_is_one_clear_error_before_any_fitting(tmp_path, mon
 
 def test_bad_settings_are_clear_errors(clean_tree):
     for kwargs, match in [
-        ({"select": "median"}, "select"),
+        ({"select": "mode"}, "select"),
         ({"exponent": "both"}, "exponent"),
+        ({"lr": "tuned"}, "lr="),
+        ({"protocol": "paper's"}, "protocol"),
+        ({"stall_margin": -0.1}, "stall_margin"),
+        ({"stall_marign": 0.1}, "did you mean 'stall_margin'"),
         ({"level": 90}, "level"),
         ({"compute_unit": "gpu_hours"}, "compute_unit"),
         ({"form": "L=B"}, "unknown form"),

@@ -36,7 +36,7 @@ def test_selection_picks_the_best_lr_then_averages_or_takes_the_best_seed(tmp_pa
 
 def test_unknown_selection_is_an_error():
     with pytest.raises(ValueError, match="'mean'.*'best'"):
-        select_points(pd.DataFrame(), method="median")
+        select_points(pd.DataFrame(), method="mode")
 
 
 def _runs(rows):

@@ -1,0 +1,336 @@
+"""The learning-rate envelope: each (curve, size, budget)'s loss at its best learning rate, read off a curve fitted
+to log loss against ln(rate) over the rates a grid swept, rather than the best of a few noisy runs.
+
+The model, per curve (one variant's runs in one sweep or slice): the run of cell k (a model shape and a token
+budget) with seed s at rate r has
+
+    ln L = a_{k,s} + b_k t + c t^2,      t = ln r - centre_k   (centre_k: the mean ln rate of the cell)
+
+a level per (cell, seed), because a seed (its init and its batches) shifts the whole curve; a slope per cell; and
+one curvature c per curve, because 3 or 4 rates a factor 2 apart cannot pin a cell's curvature down alone (a cell
+with at least ``OWN_CURVATURE_RATES`` rates gets its own). The fit is Huber in log space (``ENVELOPE_DELTA``), so one
+bad run moves it little. The cell's best rate is the vertex t* = -b_k / (2 c) restricted to the swept range: a
+vertex beyond it (or a curve that is not convex there) puts t* at the edge, and the cell is flagged (``edge``): its
+minimum lies outside the rates tried, its loss is an upper bound of it, and the grid needs rates past that edge.
+
+Each seed's loss at t* (its fitted log loss there, exponentiated) is what the fits read: the point is their mean
+(or median, or best), and the seeds stay paired across variants as single runs are. The paper's protocol reads a
+variant's curves at the baseline's best rate of the same cell instead (restricted to the variant's swept range, and
+flagged ``extrapolated`` where that clips it). docs/analysis.md, "Learning-rate envelopes", has the choices.
+
+Pure numpy/scipy/pandas; never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.bootstrap import json_number
+from analysis.errors import FitInputError
+
+MIN_RATES = 3  # distinct rates a cell needs for its own slope and a vertex the data can place
+OWN_CURVATURE_RATES = 5  # a cell with this many rates fits its own curvature
+ENVELOPE_DELTA = 5e-3  # Huber delta on log-loss residuals: deviations beyond 0.5 % count linearly (one bad run)
+CELL_KEYS = ("sweep", "curve", "n_layer", "d_model", "tokens")
+
+
+@dataclass(frozen=True)
+class EnvelopeCell:
+    """One (curve, model shape, budget)'s fitted loss-rate curve and its minimum within the swept rates."""
+
+    sweep: str
+    curve: str
+    variant: str
+    n_layer: int
+    d_model: int
+    tokens: float
+    rates: tuple[float, ...]  # the distinct rates swept, ascending
+    rate_loss: tuple[float, ...]  # mean loss over the seeds at each rate, as measured
+    seeds: tuple[int, ...]
+    levels: tuple[float, ...]  # a_{k,s}, one per seed
+    slope: float  # b_k
+    curvature: float  # c: log loss per (ln rate)^2
+    centre: float  # centre_k: the mean ln rate of the cell
+    own_curvature: bool
+    best_lr: float  # the minimum's rate, within the swept range
+    edge: str  # "" inside; "low" / "high": the vertex lies beyond that end of the swept rates (or no curvature)
+    run_ids: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, str, int, int, float]:
+        return (self.sweep, self.curve, self.n_layer, self.d_model, self.tokens)
+
+    @property
+    def size(self) -> str:
+        return f"L{self.n_layer}-d{self.d_model}"
+
+    def clip(self, lr: float) -> tuple[float, bool]:
+        """``lr`` restricted to the swept range, and whether that moved it."""
+        low, high = self.rates[0], self.rates[-1]
+        inside = min(max(lr, low), high)
+        return inside, not math.isclose(inside, lr, rel_tol=1e-12)
+
+    def seed_log_losses(self, lr: float | None = None) -> np.ndarray:
+        """Each seed's fitted log loss at ``lr`` (default: the best rate), ``lr`` restricted to the swept range."""
+        t = math.log(self.clip(self.best_lr if lr is None else lr)[0]) - self.centre
+        return np.asarray(self.levels) + self.slope * t + self.curvature * t * t
+
+    def seed_losses(self, lr: float | None = None) -> np.ndarray:
+        return np.exp(self.seed_log_losses(lr))
+
+    @property
+    def loss(self) -> float:
+        """The minimum: the mean over seeds of their fitted losses at the best rate."""
+        return float(self.seed_losses().mean())
+
+    def curve_at(self, lrs: np.ndarray) -> np.ndarray:
+        """The fitted loss (mean over seeds) at each rate of ``lrs`` (no restriction: for figures)."""
+        t = np.log(np.asarray(lrs, dtype=float)) - self.centre
+        logs = np.asarray(self.levels)[:, None] + self.slope * t + self.curvature * t * t
+        return np.exp(logs).mean(axis=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curve": self.curve,
+            "size": self.size,
+            "tokens": json_number(self.tokens),
+            "rates": [json_number(r) for r in self.rates],
+            "rate_loss": [json_number(v) for v in self.rate_loss],
+            "seeds": list(self.seeds),
+            "best_lr": json_number(self.best_lr),
+            "loss": json_number(self.loss),
+            "edge": self.edge,
+            "curvature": json_number(self.curvature),
+            "own_curvature": self.own_curvature,
+        }
+
+
+@dataclass(frozen=True)
+class Envelopes:
+    """Every cell's envelope of one sweep (or slice)."""
+
+    cells: tuple[EnvelopeCell, ...]
+
+    def cell(self, curve: str, n_layer: int, d_model: int, tokens: float) -> EnvelopeCell | None:
+        for c in self.cells:
+            if (c.curve, c.n_layer, c.d_model) == (curve, n_layer, d_model) and math.isclose(
+                c.tokens, tokens, rel_tol=1e-9
+            ):
+                return c
+        return None
+
+    @property
+    def edges(self) -> tuple[EnvelopeCell, ...]:
+        return tuple(c for c in self.cells if c.edge)
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [c.to_dict() for c in self.cells]
+
+
+def rates_per_cell(runs: pd.DataFrame) -> pd.Series:
+    """Distinct learning rates per (sweep, curve, n_layer, d_model, tokens) of finished runs with a curve column."""
+    return runs.groupby(list(CELL_KEYS))["lr"].nunique()
+
+
+def has_rate_sweeps(runs: pd.DataFrame) -> bool:
+    """Whether some cell of these runs was trained at several learning rates (a grid with an lr: list)."""
+    return not runs.empty and bool((rates_per_cell(runs) >= 2).any())
+
+
+def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA) -> Envelopes:
+    """The envelope of every cell of ``runs``: finished runs with a ``curve`` column (:func:`analysis.select
+    .finished_runs` and ``curve_labels``). A cell with fewer than :data:`MIN_RATES` rates is a
+    :class:`FitInputError` naming it and the fix, before anything is fitted."""
+    if runs.empty:
+        return Envelopes(())
+    counts = rates_per_cell(runs)
+    few = counts[counts < MIN_RATES]
+    if not few.empty:
+        sweep, curve, n_layer, d_model, tokens = few.index[0]
+        raise FitInputError(
+            f"--lr envelope: {sweep}/{curve} at L{n_layer}-d{d_model}, {tokens:,.0f} tokens, was trained at "
+            f"{int(few.iloc[0])} learning rate(s) ({len(few)} such cell(s)); an envelope needs at least {MIN_RATES} "
+            "per cell: give the grid an lr: list (or {centre, factor, count}), or fit with --lr best"
+        )
+    cells: list[EnvelopeCell] = []
+    for (_sweep, _curve), group in runs.groupby(["sweep", "curve"], sort=True):
+        cells += _fit_curve(group, delta)
+    return Envelopes(tuple(cells))
+
+
+def _fit_curve(runs: pd.DataFrame, delta: float) -> list[EnvelopeCell]:
+    """One curve's cells, fitted jointly (the shared curvature)."""
+    from scipy.optimize import least_squares
+
+    runs = runs.assign(
+        seed=pd.to_numeric(runs["seed"], errors="coerce").fillna(-1).astype(int),
+        y=np.log(pd.to_numeric(runs["val_loss"]).astype(float)),
+        x=np.log(runs["lr"].astype(float)),
+    )
+    cells = [g.sort_values(["lr", "seed", "run_id"]) for _, g in runs.groupby(list(CELL_KEYS), sort=True)]
+    own = [g["lr"].nunique() >= OWN_CURVATURE_RATES for g in cells]
+    # columns: the curve's shared curvature (when some cell uses it), each own curvature, each cell's slope, then
+    # each (cell, seed)'s level
+    shared = not all(own)
+    columns = int(shared) + sum(own)
+    curv_col = [int(shared) + sum(own[:k]) if own[k] else 0 for k in range(len(cells))]
+    slope_col = list(range(columns, columns + len(cells)))
+    columns += len(cells)
+    level_col: list[dict[int, int]] = []
+    for g in cells:
+        level_col.append({int(s): columns + i for i, s in enumerate(sorted(g["seed"].unique()))})
+        columns += len(level_col[-1])
+    rows, y, centres = [], [], []
+    for k, g in enumerate(cells):
+        centre = float(np.mean(np.unique(g["x"])))
+        centres.append(centre)
+        for r in g.itertuples():
+            t = r.x - centre
+            row = np.zeros(columns)
+            row[curv_col[k]] = t * t
+            row[slope_col[k]] = t
+            row[level_col[k][r.seed]] = 1.0
+            rows.append(row)
+            y.append(r.y)
+    design, target = np.array(rows), np.array(y)
+    start = np.linalg.lstsq(design, target, rcond=None)[0]
+    fit = least_squares(
+        lambda theta: design @ theta - target,
+        start,
+        jac=lambda theta: design,
+        loss="huber",
+        f_scale=delta,
+        method="trf",
+        x_scale="jac",
+        xtol=1e-14,
+        ftol=1e-14,
+        gtol=1e-14,
+    )
+    theta = fit.x
+    out = []
+    for k, g in enumerate(cells):
+        c, b = float(theta[curv_col[k]]), float(theta[slope_col[k]])
+        seeds = tuple(sorted(level_col[k]))
+        levels = tuple(float(theta[level_col[k][s]]) for s in seeds)
+        rates = np.sort(g["lr"].unique())
+        lo, hi = math.log(rates[0]) - centres[k], math.log(rates[-1]) - centres[k]
+        t_star, edge = _vertex(b, c, lo, hi, float(np.mean(levels)))
+        by_rate = g.groupby("lr")["val_loss"].mean()
+        first = g.iloc[0]
+        out.append(
+            EnvelopeCell(
+                sweep=str(first["sweep"]),
+                curve=str(first["curve"]),
+                variant=str(first["variant"]),
+                n_layer=int(first["n_layer"]),
+                d_model=int(first["d_model"]),
+                tokens=float(first["tokens"]),
+                rates=tuple(float(r) for r in rates),
+                rate_loss=tuple(float(by_rate[r]) for r in rates),
+                seeds=seeds,
+                levels=levels,
+                slope=b,
+                curvature=c,
+                centre=centres[k],
+                own_curvature=bool(own[k]),
+                best_lr=float(np.exp(centres[k] + t_star)),
+                edge=edge,
+                run_ids=tuple(g["run_id"].astype(str)),
+            )
+        )
+    return out
+
+
+def _vertex(b: float, c: float, lo: float, hi: float, a: float) -> tuple[float, str]:
+    """The minimum of a + b t + c t^2 over [lo, hi], and which edge it sits on ("" when inside)."""
+    if c > 0:
+        t = -b / (2 * c)
+        if t < lo:
+            return lo, "low"
+        if t > hi:
+            return hi, "high"
+        return t, ""
+    # not convex: the lower of the two ends (an edge by construction)
+    at_lo, at_hi = a + b * lo + c * lo * lo, a + b * hi + c * hi * hi
+    return (lo, "low") if at_lo <= at_hi else (hi, "high")
+
+
+def envelope_points(
+    runs: pd.DataFrame,
+    envelopes: Envelopes,
+    *,
+    method: str = "mean",
+    rates: Mapping[tuple[str, int, int, float], float] | None = None,
+) -> pd.DataFrame:
+    """One point per cell from its envelope, in the columns of :func:`analysis.select.select_points` plus
+    ``lr_edge`` and ``lr_extrapolated``.
+
+    ``rates``: the rate to read each cell at, by (sweep, n_layer, d_model, tokens) (the paper's protocol: the
+    baseline's best rates); default each cell's own best rate. ``method``: "mean", "median" or "best" over the
+    seeds' fitted losses there.
+    """
+    from analysis.select import POINT_COLUMNS, aggregate_losses
+
+    rows = []
+    for cell in envelopes.cells:
+        g = runs[runs["run_id"].astype(str).isin(cell.run_ids)]
+        lr, extrapolated = cell.best_lr, False
+        if rates is not None:
+            wanted = _lookup(rates, cell)
+            if wanted is not None:
+                lr, extrapolated = cell.clip(wanted)
+        losses = cell.seed_losses(lr)
+        throughput = pd.to_numeric(g["tokens_per_s"], errors="coerce") * g["flops_per_token"]
+        n_blocks = pd.to_numeric(g["n_blocks"], errors="coerce").iloc[0]
+        rows.append(
+            {
+                "sweep": cell.sweep,
+                "curve": cell.curve,
+                "variant": cell.variant,
+                "n_blocks": None if pd.isna(n_blocks) else int(n_blocks),
+                "n_layer": cell.n_layer,
+                "d_model": cell.d_model,
+                "params": float(g["params"].mean()),
+                "tokens": cell.tokens,
+                "flops": float(g["flops"].mean()),
+                "flops_per_token": float(g["flops_per_token"].mean()),
+                "loss": aggregate_losses(losses, method),
+                "lr": float(lr),
+                "n_runs": len(g),
+                "n_runs_total": len(g),
+                "run_ids": tuple(sorted(cell.run_ids)),
+                "run_losses": tuple(float(v) for v in losses),
+                "run_seeds": cell.seeds,
+                "flops_per_s": float(throughput.mean()) if throughput.notna().any() else math.nan,
+                "lr_edge": cell.edge if rates is None or lr == cell.best_lr else "",
+                "lr_extrapolated": extrapolated,
+            }
+        )
+    columns = [*POINT_COLUMNS, "lr_edge", "lr_extrapolated"]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    return (
+        pd.DataFrame(rows, columns=columns)
+        .sort_values(["sweep", "curve", "flops"], kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+def _lookup(rates: Mapping[tuple[str, int, int, float], float], cell: EnvelopeCell) -> float | None:
+    for (sweep, n_layer, d_model, tokens), lr in rates.items():
+        if (sweep, n_layer, d_model) == (cell.sweep, cell.n_layer, cell.d_model) and math.isclose(
+            tokens, cell.tokens, rel_tol=1e-9
+        ):
+            return lr
+    return None
+
+
+def best_rates(envelopes: Envelopes, curve: str) -> dict[tuple[str, int, int, float], float]:
+    """``curve``'s best rate per cell (the paper's protocol reads every variant there)."""
+    return {(c.sweep, c.n_layer, c.d_model, c.tokens): c.best_lr for c in envelopes.cells if c.curve == curve}
