@@ -239,7 +239,7 @@ def _fit_curve(runs: pd.DataFrame, delta: float) -> list[EnvelopeCell]:
                 curvature=c,
                 centre=centres[k],
                 own_curvature=bool(own[k]),
-                best_lr=float(np.exp(centres[k] + t_star)),
+                best_lr=float({"low": rates[0], "high": rates[-1]}.get(edge, np.exp(centres[k] + t_star))),
                 edge=edge,
                 run_ids=tuple(g["run_id"].astype(str)),
             )

@@ -149,7 +149,9 @@ def _loss_curve(final: float, steps: np.ndarray, max_steps: int) -> np.ndarray:
     return final + (start - final) * shape
 
 
-def _metrics(final: float, max_steps: int, fpt: float, tps: float, lr: float, rng: np.random.Generator) -> pa.Table:
+def _metrics(
+    final: float, max_steps: int, fpt: float, tps: float, lr: float, rng: np.random.Generator, lag: float = 0.0
+) -> pa.Table:
     rows = []
     for split, n in (("train", 21), ("val", 11)):
         steps = np.unique(np.linspace(0, max_steps, n).round().astype(int))
@@ -158,6 +160,7 @@ def _metrics(final: float, max_steps: int, fpt: float, tps: float, lr: float, rn
         loss = _loss_curve(final, steps.astype(float), max_steps)
         if split == "train":
             loss = loss * (1.0 + 0.01 * rng.standard_normal(loss.size))
+            loss = loss * np.where(steps <= max_steps / 2, 1.0 + lag, 1.0)  # a stalled run lags early
         for s, value in zip(steps, loss):
             tokens = int(s) * BATCH_TOKENS
             progress = s / max(max_steps, 1)
@@ -253,7 +256,11 @@ def write_synthetic_results(
     budgets: Sequence[float] | None = None,
     seeds: int = 1,
     lrs: Sequence[float] = (3e-3,),
+    best_lr: Mapping[str, float] | None = None,
+    lr_curvature: float = 0.01 / math.log(2) ** 2,
     noise: float = 0.0,
+    seed_noise: float = 0.0,
+    stalled: Sequence[tuple[str, int]] = (),
     sizes_per_budget: int = 1,
     size_spread: float = 8.0,
     flops_overhead: Mapping[str, float] | None = None,
@@ -280,9 +287,15 @@ def write_synthetic_results(
             Default ``{"baseline": 1.0, "full": 1.27, "block": 1.25}``.
         budgets: nominal training FLOPs per budget. Default: 7 budgets from 1e15 to 1e18.
         seeds: runs per (variant, size, budget, lr), seeds 0..seeds-1, with independent noise.
-        lrs: learning rates per point; the loss is penalised by exp(0.01 * log2(lr / lr_mid)^2), lr_mid being
-            the geometric middle of ``lrs``, so the middle one is best.
-        noise: standard deviation of the Gaussian noise added to log loss (0.003 = 0.3 %).
+        lrs: learning rates per point; the loss is penalised by exp(lr_curvature * ln(lr / best)^2), ``best`` being
+            the variant's ``best_lr`` or else the geometric middle of ``lrs``.
+        best_lr: variant -> its best learning rate (default: the middle of ``lrs`` for every variant).
+        lr_curvature: k of the penalty exp(k ln(lr / best)^2) (default 0.01 per log2^2, about 0.021).
+        noise: standard deviation of the Gaussian noise added to log loss (0.003 = 0.3 %), per run.
+        seed_noise: standard deviation of a log-loss shift per (size, budget, seed), shared by every variant and
+            learning rate of that seed (its init and batches), which paired differences cancel.
+        stalled: (variant, seed) pairs whose training loss lags by 10 % over the first half of training (the
+            stall detector's case; their final loss is not changed).
         sizes_per_budget: model sizes per budget (an IsoFLOP grid when > 1; ChinchillaLaw only), spread
             evenly in log N over a factor ``size_spread`` around the baseline's optimum.
         flops_overhead: variant -> extra FLOPs per token (default full 2 %, block 1 %, others 0).
@@ -316,6 +329,10 @@ def write_synthetic_results(
         tables=tables,
         lr_mid=math.exp(np.mean(np.log(lrs))),
         rng=np.random.default_rng(rng_seed),
+        best_lr=dict(best_lr or {}),
+        lr_curvature=lr_curvature,
+        seed_noise=seed_noise,
+        stalled=frozenset(stalled),
     )
     writer.grid(budgets, sizes_per_budget, size_spread, lrs, seeds)
     writer.extras(max(budgets), lrs[0], unfinished, failed, nan_loss, broken, wrong_schema, no_run_file)
@@ -339,7 +356,12 @@ class _Writer:
     tables: bool
     lr_mid: float
     rng: np.random.Generator
+    best_lr: Mapping[str, float] = field(default_factory=dict)
+    lr_curvature: float = 0.01 / math.log(2) ** 2
+    seed_noise: float = 0.0
+    stalled: frozenset[tuple[str, int]] = frozenset()
     records: list[dict[str, Any]] = field(default_factory=list)
+    seed_shift: dict[tuple[float, int], float] = field(default_factory=dict)
 
     def folder(self, run_id: str) -> Path:
         return self.root / self.sweep / run_id
@@ -372,7 +394,8 @@ class _Writer:
             truth = float(self.law.loss(k * params, k * tokens))
         else:
             truth = float(self.law.loss(self.multipliers[variant] * flops))
-        return truth * math.exp(0.01 * math.log2(lr / self.lr_mid) ** 2)
+        best = self.best_lr.get(variant, self.lr_mid)
+        return truth * math.exp(self.lr_curvature * math.log(lr / best) ** 2)
 
     def run(
         self, variant: str, params: float, tokens_target: float, lr: float, seed: int, status: str, kind: str
@@ -388,6 +411,11 @@ class _Writer:
         tps = BASELINE_FLOPS_PER_S / (6.0 * params) * self.speed.get(variant, 1.0)
         truth = self.true_loss(variant, params, tokens, flops, lr)
         observed = truth * math.exp(self.noise * self.rng.standard_normal()) if self.noise else truth
+        if self.seed_noise:
+            key = (round(params), seed)
+            if key not in self.seed_shift:
+                self.seed_shift[key] = self.seed_noise * float(self.rng.standard_normal())
+            observed *= math.exp(self.seed_shift[key])
         yaml_text, cfg_id = _config_yaml(self.sweep, variant, n_layer, d_model, n_head, nb, tokens, lr, seed)
         digest = hashlib.sha256(
             json.dumps([self.sweep, variant, nb, n_layer, d_model, tokens, lr, seed, kind]).encode()
@@ -409,7 +437,8 @@ class _Writer:
         atomic_write_bytes(path / CONFIG_FILE, yaml_text.encode())
         write_table(path / RUN_FILE, to_table([row], RUN_SCHEMA))
         if self.tables and status != "failed":
-            write_table(path / METRICS_FILE, _metrics(observed, step, fpt, tps, lr, self.rng))
+            lag = 0.10 if (variant, seed) in self.stalled else 0.0
+            write_table(path / METRICS_FILE, _metrics(observed, step, fpt, tps, lr, self.rng, lag))
             write_table(path / LAYERS_FILE, _layers(variant, n_layer, step))
             if nb is not None:
                 write_table(path / DEPTH_ATTN_FILE, _depth_attn(n_layer, nb, step, self.rng))

@@ -153,3 +153,14 @@ def test_the_committed_report_is_the_report_of_the_committed_results(study):
         pytest.skip(f"studies/{study} has no report here")
     saved = json.loads((folder / "report" / "report.json").read_text())
     assert saved["fit"]["inputs_hash"] == load_results(folder / "results", tables=()).inputs_hash
+
+
+@needs_wsd
+def test_the_stall_detector_flags_the_stalled_baseline_seed_at_l3_and_l5_and_nothing_at_l6_or_l8(wsd_report):
+    """The baseline's seed 2 stalls early at L3-d32 and L5-d32 (it ends 10-11 % above its siblings); the detector
+    flags it there, in every ratio's fit of the paper's protocol, and no run of the larger sizes."""
+    for ratio in (2, 4, 8, 16):
+        stalls = wsd_report.sweep(f"cpu_wsd@{ratio}tpp").stalls
+        assert {(s.curve, s.size, s.seed) for s in stalls} == {("baseline", "L3-d32", 2), ("baseline", "L5-d32", 2)}
+    for sweep in wsd_report.sweeps:
+        assert not [s for s in sweep.stalls if s.size in ("L6-d48", "L8-d64")], sweep.sweep

@@ -1,0 +1,170 @@
+"""Learning-rate envelopes, both tuning protocols from one grid, the paired per-size M and the stall detector, on
+synthetic results trees whose truth is known (tests/synthetic_results.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import fit_results
+from analysis.envelope import _vertex, fit_envelopes
+from analysis.errors import FitInputError
+from analysis.points import labelled
+from analysis.tables import format_report
+from tests.synthetic_results import PAPER_BASELINE, write_synthetic_results
+
+BASE_LR = 4e-3
+RATES = (1e-3, 2e-3, 4e-3, 8e-3)  # a factor 2 apart; the baseline's best is a grid rate, Block's is not
+CURVATURE = 0.05  # log loss per (ln rate)^2
+TRUE_M = 1.25
+ALPHA = PAPER_BASELINE.alpha
+
+
+def _bias(lr: float, best: float) -> float:
+    """The factor on M of reading a variant at ``lr`` instead of its best rate: its log loss is higher by
+    k ln(lr / best)^2, which the baseline's law L = A C^-alpha turns into exp(-that / alpha) of compute."""
+    return math.exp(-CURVATURE * math.log(lr / best) ** 2 / ALPHA)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """Baseline and Block at 4 rates x 2 seeds over 7 budgets; Block's best rate is 1.5x below the baseline's."""
+    return write_synthetic_results(
+        tmp_path_factory.mktemp("swept"),
+        multipliers={"baseline": 1.0, "block": TRUE_M},
+        lrs=RATES,
+        best_lr={"baseline": BASE_LR, "block": BASE_LR / 1.5},
+        lr_curvature=CURVATURE,
+        seeds=2,
+        noise=0.001,
+        seed_noise=0.003,
+        tables=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def fits(swept):
+    return {
+        (lr, protocol): fit_results(swept.root, lr=lr, protocol=protocol, n_boot=200, chinchilla=False)
+        for lr in ("best", "envelope")
+        for protocol in ("per-variant", "paper")
+    }
+
+
+def _block(report):
+    return report.sweeps[0].multiplier("block")
+
+
+def test_the_envelope_recovers_m_where_the_best_grid_rate_and_the_papers_protocol_are_biased(fits):
+    envelope = _block(fits[("envelope", "per-variant")])
+    assert envelope.multiplier.contains(TRUE_M)
+    assert envelope.multiplier.value == pytest.approx(TRUE_M, rel=0.03)
+    # the best grid rate: Block's nearest rate is 2e-3 (0.75x its best), the baseline's is its best exactly
+    best_grid = _block(fits[("best", "per-variant")]).multiplier.value
+    assert best_grid == pytest.approx(TRUE_M * _bias(2e-3, BASE_LR / 1.5), rel=0.03)
+    assert not _block(fits[("best", "per-variant")]).multiplier.contains(TRUE_M)
+    # the paper's protocol reads Block at the baseline's rate, 1.5x above its own best: M falls by what the
+    # curvature predicts, whichever way the rate was picked
+    predicted = TRUE_M * _bias(BASE_LR, BASE_LR / 1.5)
+    for lr in ("best", "envelope"):
+        assert _block(fits[(lr, "paper")]).multiplier.value == pytest.approx(predicted, rel=0.03), lr
+    assert predicted < 0.9 * TRUE_M  # the bias is not small next to the effect
+
+
+def test_each_fit_carries_the_other_protocol_and_the_cost_of_the_papers(fits):
+    own = fits[("envelope", "per-variant")]
+    m = _block(own)
+    assert m.other_protocol.protocol == "paper"
+    assert m.other_protocol.multiplier.value == pytest.approx(_block(fits[("envelope", "paper")]).multiplier.value)
+    cells = own.sweeps[0].protocol_cells
+    assert len(cells) == 7 and all(c.curve == "block" for c in cells)
+    for c in cells:
+        assert c.baseline_lr / c.own_lr == pytest.approx(1.5, rel=0.05)
+        assert c.cost_pct == pytest.approx(100 * math.expm1(CURVATURE * math.log(1.5) ** 2), abs=0.1)
+    text = format_report(own)
+    assert "both tuning protocols from the same runs" in text and "cost of the paper's protocol %" in text
+
+
+def test_the_paired_per_size_m_recovers_m_and_agrees_with_the_headline(fits):
+    m = _block(fits[("envelope", "per-variant")])
+    assert len(m.paired.sizes) == 7 and all(s.n_pairs == 2 for s in m.paired.sizes)
+    assert m.paired.mean.contains(TRUE_M)
+    assert m.paired.mean.value == pytest.approx(TRUE_M, rel=0.03)
+    assert m.paired.agrees is True
+    # the slope is the baseline's alpha (the paper's form), and each size's M undoes its own gap
+    for s in m.paired.sizes:
+        assert s.slope == pytest.approx(ALPHA, rel=0.05)
+        assert math.log(s.multiplier) == pytest.approx(math.log(s.baseline_compute / s.compute) + s.log_gap / s.slope)
+
+
+def test_envelope_cells_find_the_best_rate_and_are_written_to_fit_json(swept, fits):
+    sweep = fits[("envelope", "per-variant")].sweeps[0]
+    for cell in sweep.envelope.cells:
+        truth = BASE_LR if cell.curve == "baseline" else BASE_LR / 1.5
+        assert cell.best_lr == pytest.approx(truth, rel=0.1)
+        assert cell.edge == "" and cell.rates == RATES and cell.seeds == (0, 1)
+        assert cell.curvature == pytest.approx(CURVATURE, rel=0.15)
+    data = json.loads(fits[("envelope", "per-variant")].to_json())
+    assert data["settings"]["lr"] == "envelope" and data["settings"]["protocol"] == "per-variant"
+    (sw,) = data["sweeps"]
+    assert len(sw["envelope"]) == 14 and sw["protocol_cells"] and sw["stalls"] == []
+    assert sw["multipliers"][0]["paired"]["mean"]["value"] == pytest.approx(TRUE_M, rel=0.03)
+
+
+def test_a_minimum_beyond_the_swept_rates_is_flagged_at_its_edge(tmp_path):
+    tree = write_synthetic_results(
+        tmp_path,
+        multipliers={"baseline": 1.0, "block": 1.1},
+        budgets=np.geomspace(1e15, 1e17, 5),
+        lrs=RATES,
+        best_lr={"baseline": BASE_LR, "block": 5e-4},  # below the lowest rate swept
+        lr_curvature=CURVATURE,
+        tables=False,
+    )
+    report = fit_results(tree.root, lr="envelope", n_boot=0, chinchilla=False)
+    sweep = report.sweeps[0]
+    block = [c for c in sweep.envelope.cells if c.curve == "block"]
+    assert block and all(c.edge == "low" and c.best_lr == RATES[0] for c in block)
+    assert all(c.edge == "" for c in sweep.envelope.cells if c.curve == "baseline")
+    text = format_report(report)
+    assert "EDGE (low)" in text and "widen the grid's lr: past it" in text
+    assert all(c.edge == "low" for c in sweep.protocol_cells)
+
+
+def test_an_envelope_needs_three_rates_per_cell(tmp_path):
+    tree = write_synthetic_results(
+        tmp_path, multipliers={"baseline": 1.0, "block": 1.2}, lrs=(1e-3, 2e-3), tables=False
+    )
+    with pytest.raises(FitInputError, match=r"--lr envelope: synthetic/baseline at L\d+-d\d+.*2 learning rate\(s\)"):
+        fit_results(tree.root, lr="envelope", n_boot=0)
+    with pytest.raises(FitInputError, match="give the grid an lr: list"):
+        fit_envelopes(labelled(tree.runs.assign(sweep="synthetic", status="done", tokens_per_s=1.0)))
+
+
+def test_the_vertex_is_restricted_to_the_swept_range():
+    assert _vertex(b=-1.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (0.5, "")
+    assert _vertex(b=-4.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (1.0, "high")
+    assert _vertex(b=4.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (-1.0, "low")
+    assert _vertex(b=1.0, c=-1.0, lo=-1.0, hi=1.0, a=0.0) == (-1.0, "low")  # concave: the lower end
+
+
+def test_the_stall_detector_flags_a_lagging_seed_and_gives_m_without_it(tmp_path):
+    tree = write_synthetic_results(
+        tmp_path,
+        multipliers={"baseline": 1.0, "block": 1.25},
+        budgets=np.geomspace(1e15, 1e17, 5),
+        seeds=3,
+        noise=0.002,
+        stalled=[("baseline", 1)],
+    )
+    report = fit_results(tree.root, n_boot=100, chinchilla=False)
+    sweep = report.sweeps[0]
+    assert {(s.curve, s.seed) for s in sweep.stalls} == {("baseline", 1)}
+    assert len(sweep.stalls) == 5 and all(0.07 < s.lag < 0.13 for s in sweep.stalls)
+    m = sweep.multiplier("block")
+    assert m.without_stalls is not None and m.without_stalls.has_interval
+    assert "lags its cell's other seeds" in format_report(report)
+    assert not fit_results(tree.root, n_boot=0, chinchilla=False, stall_margin=0).sweeps[0].stalls
