@@ -50,6 +50,7 @@ class EnvelopeCell:
     n_layer: int
     d_model: int
     tokens: float
+    params: float  # non-embedding parameters (the runs' mean)
     rates: tuple[float, ...]  # the distinct rates swept, ascending
     rate_loss: tuple[float, ...]  # mean loss over the seeds at each rate, as measured
     seeds: tuple[int, ...]
@@ -100,6 +101,7 @@ class EnvelopeCell:
             "curve": self.curve,
             "size": self.size,
             "tokens": json_number(self.tokens),
+            "params": json_number(self.params),
             "rates": [json_number(r) for r in self.rates],
             "rate_loss": [json_number(v) for v in self.rate_loss],
             "seeds": list(self.seeds),
@@ -231,6 +233,7 @@ def _fit_curve(runs: pd.DataFrame, delta: float) -> list[EnvelopeCell]:
                 n_layer=int(first["n_layer"]),
                 d_model=int(first["d_model"]),
                 tokens=float(first["tokens"]),
+                params=float(g["params"].astype(float).mean()),
                 rates=tuple(float(r) for r in rates),
                 rate_loss=tuple(float(by_rate[r]) for r in rates),
                 seeds=seeds,
@@ -334,3 +337,42 @@ def _lookup(rates: Mapping[tuple[str, int, int, float], float], cell: EnvelopeCe
 def best_rates(envelopes: Envelopes, curve: str) -> dict[tuple[str, int, int, float], float]:
     """``curve``'s best rate per cell (the paper's protocol reads every variant there)."""
     return {(c.sweep, c.n_layer, c.d_model, c.tokens): c.best_lr for c in envelopes.cells if c.curve == curve}
+
+
+@dataclass(frozen=True)
+class RateLaw:
+    """A curve's best learning rate against its parameters, lr* = lr_ref (N / N_ref)^exponent, fitted by least
+    squares in log-log to its cells' best rates (``edges`` of them at an end of their swept rates: a bound, not a
+    minimum, so the law is only as good as the cells inside)."""
+
+    curve: str
+    lr_ref: float
+    params_ref: float
+    exponent: float
+    n_cells: int
+    edges: int
+
+    def lr_at(self, params: float | np.ndarray) -> float | np.ndarray:
+        return self.lr_ref * (np.asarray(params, dtype=float) / self.params_ref) ** self.exponent
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curve": self.curve,
+            "lr_ref": json_number(self.lr_ref),
+            "params_ref": json_number(self.params_ref),
+            "exponent": json_number(self.exponent),
+            "n_cells": self.n_cells,
+            "edges": self.edges,
+        }
+
+
+def rate_law(envelopes: Envelopes, curve: str) -> RateLaw | None:
+    """The power law of ``curve``'s best rates in its parameters (None with fewer than two sizes)."""
+    cells = [c for c in envelopes.cells if c.curve == curve]
+    if len({round(c.params) for c in cells}) < 2:
+        return None
+    x = np.log([c.params for c in cells])
+    y = np.log([c.best_lr for c in cells])
+    slope, intercept = np.polyfit(x - x.mean(), y, 1)
+    ref = float(np.exp(x.mean()))
+    return RateLaw(curve, float(np.exp(intercept)), ref, float(slope), len(cells), sum(bool(c.edge) for c in cells))

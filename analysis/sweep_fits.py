@@ -804,6 +804,8 @@ def _fit_sweep(
 
 def _paired(study: Study, label: str, headline: Estimate, settings: FitSettings) -> PairedMultiplier | None:
     found = paired_multiplier(study, label, settings.baseline, settings.level)
+    if found is not None and settings.n_boot == 0:  # --n-boot 0 asks for point estimates only, everywhere
+        return replace(found, mean=Estimate(found.mean.value, level=settings.level))
     return None if found is None else agreement(found, headline)
 
 

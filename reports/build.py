@@ -105,6 +105,10 @@ class Headline:
     choice: str = ""  # the analysis choices the headline was made with (form, delta, seeds, budgets)
     choice_range: tuple[float, float, int] | None = None  # (low, high, how many) of M under the other choices
     regime: Regime | None = None  # tokens per parameter, alpha, loss gap behind M (reports.regime)
+    paired: Estimate | None = None  # the paired per-size M (t-interval over sizes), beside the fitted one
+    paired_agrees: bool | None = None
+    without_stalls: Estimate | None = None  # M without the runs flagged as stalled (None: none flagged)
+    other_protocol: tuple[str, Estimate] | None = None  # (protocol, M) under the other tuning protocol
 
     @property
     def choices_text(self) -> str:
@@ -161,6 +165,17 @@ class Headline:
             )
             + (f"; interval unreliable: {self.unreliable}" if self.unreliable else "")
             + (f"; {self.choices_text} (point estimates; the headline: {self.choice})" if self.choice_range else "")
+            + (f"; paired per-size M {self.paired.text(3)}" if self.paired is not None else "")
+            + (
+                f"; without the runs flagged as stalled M = {self.without_stalls.text(3)}"
+                if self.without_stalls is not None
+                else ""
+            )
+            + (
+                f"; under the {self.other_protocol[0]} protocol M = {self.other_protocol[1].text(3)}"
+                if self.other_protocol is not None
+                else ""
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,6 +198,11 @@ class Headline:
             "status": self.status,
             "interval_unreliable": self.unreliable or None,
             "regime": None if self.regime is None else self.regime.to_dict(),
+            "paired": None if self.paired is None else {**self.paired.to_dict(), "agrees": self.paired_agrees},
+            "without_stalls": None if self.without_stalls is None else self.without_stalls.to_dict(),
+            "other_protocol": None
+            if self.other_protocol is None
+            else {"protocol": self.other_protocol[0], "multiplier": self.other_protocol[1].to_dict()},
             "choice": self.choice,
             "other_choices": None
             if self.choice_range is None
@@ -295,6 +315,19 @@ _CAPTIONS = {
         "Mean depth-attention weight (over tokens) that each reading sublayer (row) puts on each source (column; emb = "
         "the embedding), pre-attention sublayers left and pre-MLP sublayers right with the LM head's final aggregation "
         "as the last row; each row sums to 1, grey cells are sources a row cannot see{block}.",
+    ),
+    "lr_curves": (
+        "Loss against learning rate",
+        "Validation loss against the learning rate at each size: markers are each variant's mean over seeds at every "
+        "rate trained, lines the fitted envelope (a parabola in ln rate, its curvature shared by the variant's sizes) "
+        "and stars its minimum, the loss the fits read; a hollow star sits at an end of the swept rates, so the "
+        "minimum lies beyond the rates tried.",
+    ),
+    "best_lr": (
+        "Best learning rate against size",
+        "Each variant's best learning rate (the envelope's minimum; hollow: at an end of the swept rates) against its "
+        "non-embedding parameters, with a power law fitted to them (dashed) drawn out to the paper's sizes, where the "
+        "crosses are the paper's Table 2 rates (its tokenizer and recipe: a reference, not a target).",
     ),
     "paper_fits": (
         "The paper's published fits (reference)",
@@ -681,6 +714,12 @@ class _Builder:
                         if m.sensitivity is None or not m.sensitivity.values.size
                         else (m.sensitivity.low, m.sensitivity.high, int(m.sensitivity.values.size)),
                         regime=regime(sw, m),
+                        paired=None if m.paired is None else m.paired.mean,
+                        paired_agrees=None if m.paired is None else m.paired.agrees,
+                        without_stalls=m.without_stalls,
+                        other_protocol=None
+                        if m.other_protocol is None
+                        else (m.other_protocol.protocol, m.other_protocol.multiplier),
                     )
                 )
         return out
@@ -718,6 +757,25 @@ class _Builder:
                 "M under other choices": ""
                 if h.choice_range is None
                 else f"{h.choice_range[0]:.3g} to {h.choice_range[1]:.3g} ({h.choice_range[2]} choices)",
+                **(
+                    {
+                        "paired per-size M": "-"
+                        if h.paired is None
+                        else h.paired.text(3) + (" (disagrees)" if h.paired_agrees is False else "")
+                    }
+                    if any(x.paired is not None for x in headline)
+                    else {}
+                ),
+                **(
+                    {"M without stalled runs": "-" if h.without_stalls is None else h.without_stalls.text(3)}
+                    if any(x.without_stalls is not None for x in headline)
+                    else {}
+                ),
+                **(
+                    {"M, other protocol": "-" if h.other_protocol is None else _protocol_text(h.other_protocol)}
+                    if any(x.other_protocol is not None for x in headline)
+                    else {}
+                ),
                 "runs (variant/baseline)": f"{h.n_runs_variant}/{h.n_runs_baseline}",
                 "fit status (base/var/joint)": h.status,
                 **(
@@ -744,6 +802,16 @@ class _Builder:
                     f'The headline is M under one set of analysis choices ({"; ".join(choices)}); "M under other '
                     'choices" is the range of its point estimate when one of them is changed at a time (the other '
                     "form, Huber delta, seed aggregation, or one budget left out): each sweep's sensitivity table."
+                )
+            )
+        if any(h.paired is not None or h.without_stalls is not None for h in headline):
+            blocks.append(
+                Paragraph(
+                    '"Paired per-size M" reads M at each size from the losses paired by seed at the same budget '
+                    "and the baseline law's local slope, with a t-interval over sizes (no bootstrap; it says "
+                    'disagrees where its interval and the fitted one do not overlap); "M without stalled runs" is the '
+                    "headline fitted again without the runs whose training loss lagged their cell's other seeds early "
+                    "on (each sweep's section names them)."
                 )
             )
         blocks += self.frontier_blocks()
@@ -902,6 +970,7 @@ class _Builder:
             if any(m.gaps for m in sw.multipliers):
                 gaps = tables.loss_gaps(self.fit, sw.sweep)
                 blocks += [Paragraph(gaps.caption), Table(gaps.frame())]
+            blocks += self.robust_blocks(sw)
             sensitivity = tables.sensitivities(self.fit, sw.sweep)
             if sensitivity.rows:
                 order = curve_order([m.variant for m in sw.multipliers])
@@ -918,6 +987,63 @@ class _Builder:
             blocks += [Paragraph(at_frontier.caption), Table(at_frontier.frame())]
         if sw.notes:
             blocks += [Paragraph("Notes from the fit:"), Bullets(tuple(sw.notes))]
+        return blocks
+
+    def robust_blocks(self, sw: SweepFit) -> list[Block]:
+        """Beside the headline: the paired per-size M, the stalled runs and M without them, both tuning protocols
+        with the best rates and the paper protocol's cost per cell, and the envelopes' edges."""
+        from analysis.robust_tables import (
+            envelope_table,
+            paired_table,
+            protocol_cell_table,
+            protocol_table,
+            stall_texts,
+        )
+        from reports.learning_rates import best_lr_table
+        from reports.style import curve_order
+
+        order = curve_order([m.variant for m in sw.multipliers])
+        blocks: list[Block] = []
+        paired = paired_table(sw, self.settings, order)
+        if paired.rows:
+            blocks += [Heading("Paired per-size M", 4), Paragraph(paired.caption), Table(paired.frame())]
+        stalls = stall_texts(sw)
+        if stalls:
+            blocks += [
+                Heading("Stalled runs", 4),
+                Paragraph(
+                    "Runs whose training loss lagged the other seeds of their cell early in training "
+                    '(docs/analysis.md, "Stalled runs"); the fits above keep them, and each headline without them '
+                    "follows:"
+                ),
+                Bullets(tuple(t.sentence for t in stalls)),
+            ]
+        protocols = protocol_table(sw, self.settings, order)
+        if protocols.rows:
+            cells = protocol_cell_table(sw, order)
+            blocks += [
+                Heading("Tuning protocols from the same runs", 4),
+                Paragraph(protocols.caption),
+                Table(protocols.frame()),
+            ]
+            if cells.rows:
+                blocks += [Paragraph(cells.caption), Table(cells.frame())]
+        envelope = envelope_table(sw)
+        if envelope.rows:
+            blocks += [Heading("Learning-rate envelopes", 4), Paragraph(envelope.caption), Table(envelope.frame())]
+            try:
+                best = best_lr_table(self.fit, sw.sweep)
+            except MissingData:
+                best = None
+            if best is not None:
+                blocks += [
+                    Paragraph(
+                        "Each variant's best rate as a power law in its parameters, and the rate that law gives at "
+                        "the paper's sizes (an extrapolation over three orders of magnitude: a reference, not a "
+                        "prediction):"
+                    ),
+                    Table(best),
+                ]
         return blocks
 
     def sweep_figures(self, sw: SweepFit) -> list[_Section]:
@@ -971,6 +1097,18 @@ class _Builder:
                 "block_size_ablation",
             ),
             *self.depth_attention_figures(sw),
+            *self.learning_rate_figures(sw),
+        ]
+
+    def learning_rate_figures(self, sw: SweepFit) -> list[_Section]:
+        """Loss against rate and best rate against size, for a sweep fitted with learning-rate envelopes."""
+        from reports import learning_rates
+
+        if sw.envelope is None:
+            return []
+        return [
+            self.figure("lr_curves", sw.sweep, lambda: learning_rates.plot_lr_curves(self.fit, sw.sweep), "lr_curves"),
+            self.figure("best_lr", sw.sweep, lambda: learning_rates.plot_best_lr(self.fit, sw.sweep), "best_lr"),
         ]
 
     def depth_attention_figures(self, sw: SweepFit) -> list[_Section]:
@@ -1093,6 +1231,10 @@ class _Builder:
                 "fit": self.fit.to_dict(),
             }
         )
+
+
+def _protocol_text(other: tuple[str, Estimate]) -> str:
+    return f"{other[1].text(3)} ({other[0]})"
 
 
 def _paper_figure() -> Any:

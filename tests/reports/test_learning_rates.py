@@ -1,0 +1,56 @@
+"""The report of a grid that swept learning rates: the envelope figures and tables, both protocols, the paired M."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reports
+from reports.learning_rates import best_lr_table
+from tests.synthetic_results import write_synthetic_results
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    return write_synthetic_results(
+        tmp_path_factory.mktemp("swept"),
+        multipliers={"baseline": 1.0, "block": 1.2},
+        budgets=np.geomspace(1e15, 1e17, 5),
+        lrs=(1e-3, 2e-3, 4e-3, 8e-3),
+        best_lr={"baseline": 4e-3, "block": 4e-3 / 1.5},
+        lr_curvature=0.05,
+        seeds=2,
+        noise=0.001,
+        stalled=[("block", 1)],
+    )
+
+
+def test_the_report_draws_the_learning_rate_figures_and_tables(swept, tmp_path):
+    summary = reports.build_report(
+        swept.root, tmp_path / "out", formats=("png",), n_boot=50, lr="envelope", strict=True
+    )
+    names = {f.name for f in summary.figures}
+    assert {"lr_curves", "best_lr"} <= names
+    md = summary.report_md.read_text()
+    for heading in (
+        "Paired per-size M",
+        "Tuning protocols from the same runs",
+        "Learning-rate envelopes",
+        "Stalled runs",
+    ):
+        assert f"#### {heading}" in md, heading
+    assert "the paper (Table 2)" in md and "cost of the paper's protocol %" in md
+    (block,) = [h for h in summary.headline if h.variant == "block"]
+    assert block.paired is not None and block.other_protocol[0] == "paper" and block.without_stalls is not None
+    assert "| paired per-size M |" in md and "| M, other protocol |" in md and "| M without stalled runs |" in md
+
+
+def test_the_best_rate_table_extrapolates_each_variants_law_to_the_papers_sizes(swept):
+    import analysis
+
+    fit = analysis.fit_results(swept.root, lr="envelope", n_boot=0, chinchilla=False)
+    table = best_lr_table(fit)
+    assert len(table) == 3 and table["variant"].iloc[-1] == "the paper (Table 2)"
+    assert table.iloc[-1]["lr* at 194M"] == "0.00299"
+    # the synthetic best rates do not move with size: the fitted exponent is about 0
+    assert all(abs(float(e)) < 0.05 for e in table["exponent"].iloc[:-1])
