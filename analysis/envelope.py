@@ -1,17 +1,21 @@
 """The learning-rate envelope: each (curve, size, budget)'s loss at its best learning rate, read off a curve fitted
 to log loss against ln(rate) over the rates a grid swept, rather than the best of a few noisy runs.
 
-The model, per curve (one variant's runs in one sweep or slice): the run of cell k (a model shape and a token
-budget) with seed s at rate r has
+The model, per cell (a curve's runs at one model shape and token budget): the run with seed s at rate r has
 
-    ln L = a_{k,s} + b_k t + c t^2,      t = ln r - centre_k   (centre_k: the mean ln rate of the cell)
+    ln L = a_s + b t + c t^2,      t = ln r - centre   (centre: the mean ln rate of the rates fitted)
 
-a level per (cell, seed), because a seed (its init and its batches) shifts the whole curve; a slope per cell; and
-one curvature c per curve, because 3 or 4 rates a factor 2 apart cannot pin a cell's curvature down alone (a cell
-with at least ``OWN_CURVATURE_RATES`` rates gets its own). The fit is Huber in log space (``ENVELOPE_DELTA``), so one
-bad run moves it little. The cell's best rate is the vertex t* = -b_k / (2 c) restricted to the swept range: a
-vertex beyond it (or a curve that is not convex there) puts t* at the edge, and the cell is flagged (``edge``): its
-minimum lies outside the rates tried, its loss is an upper bound of it, and the grid needs rates past that edge.
+a level per seed, because a seed (its init and its batches) shifts the whole curve, and one slope and curvature.
+The parabola is fitted to the ``LOCAL_RATES`` (3) rates around the cell's best measured mean loss, not to every
+rate swept: real loss-rate curves are asymmetric (too high a rate costs more than too low; the cpu_envelope runs
+rise 5 % one step above their best and under 1 % one step below), and a parabola over a factor 8 of rates puts the
+minimum where the steep side pulls it. Each cell is fitted on its own: a curvature shared by a variant's sizes
+ties their minima together, which the paired M's spread over sizes cannot see (benchmarks/envelope_coverage.py
+measured both choices; docs/analysis.md, "Learning-rate envelopes"). The fit is Huber in log space
+(``ENVELOPE_DELTA``), so one bad run moves it little. The best rate is the vertex t* = -b / (2 c), restricted to
+the rates fitted: a vertex beyond the end of the swept rates (or a curve that is not convex) puts t* at that end,
+and the cell is flagged (``edge``): its minimum lies outside the rates tried, its loss is an upper bound of it, and
+the grid needs rates past that edge.
 
 Each seed's loss at t* (its fitted log loss there, exponentiated) is what the fits read: the point is their mean
 (or median, or best), and the seeds stay paired across variants as single runs are. The paper's protocol reads a
@@ -34,8 +38,8 @@ import pandas as pd
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
 
-MIN_RATES = 3  # distinct rates a cell needs for its own slope and a vertex the data can place
-OWN_CURVATURE_RATES = 5  # a cell with this many rates fits its own curvature
+MIN_RATES = 3  # distinct rates a cell needs for a vertex the data can place
+LOCAL_RATES = 3  # the parabola is fitted to this many rates around the best measured one
 ENVELOPE_DELTA = 5e-3  # Huber delta on log-loss residuals: deviations beyond 0.5 % count linearly (one bad run)
 CELL_KEYS = ("sweep", "curve", "n_layer", "d_model", "tokens")
 
@@ -54,11 +58,11 @@ class EnvelopeCell:
     rates: tuple[float, ...]  # the distinct rates swept, ascending
     rate_loss: tuple[float, ...]  # mean loss over the seeds at each rate, as measured
     seeds: tuple[int, ...]
-    levels: tuple[float, ...]  # a_{k,s}, one per seed
-    slope: float  # b_k
+    fitted: tuple[float, ...]  # the rates the parabola was fitted to (LOCAL_RATES around the best measured)
+    levels: tuple[float, ...]  # a_s, one per seed
+    slope: float  # b
     curvature: float  # c: log loss per (ln rate)^2
-    centre: float  # centre_k: the mean ln rate of the cell
-    own_curvature: bool
+    centre: float  # the mean ln rate of the rates fitted
     best_lr: float  # the minimum's rate, within the swept range
     edge: str  # "" inside; "low" / "high": the vertex lies beyond that end of the swept rates (or no curvature)
     run_ids: tuple[str, ...]
@@ -91,7 +95,8 @@ class EnvelopeCell:
         return float(self.seed_losses().mean())
 
     def curve_at(self, lrs: np.ndarray) -> np.ndarray:
-        """The fitted loss (mean over seeds) at each rate of ``lrs`` (no restriction: for figures)."""
+        """The fitted loss (mean over seeds) at each rate of ``lrs`` (no restriction: for figures; it holds over
+        :attr:`fitted` only)."""
         t = np.log(np.asarray(lrs, dtype=float)) - self.centre
         logs = np.asarray(self.levels)[:, None] + self.slope * t + self.curvature * t * t
         return np.exp(logs).mean(axis=0)
@@ -108,8 +113,8 @@ class EnvelopeCell:
             "best_lr": json_number(self.best_lr),
             "loss": json_number(self.loss),
             "edge": self.edge,
+            "fitted": [json_number(r) for r in self.fitted],
             "curvature": json_number(self.curvature),
-            "own_curvature": self.own_curvature,
         }
 
 
@@ -160,98 +165,82 @@ def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA) -> Envel
             f"{int(few.iloc[0])} learning rate(s) ({len(few)} such cell(s)); an envelope needs at least {MIN_RATES} "
             "per cell: give the grid an lr: list (or {centre, factor, count}), or fit with --lr best"
         )
-    cells: list[EnvelopeCell] = []
-    for (_sweep, _curve), group in runs.groupby(["sweep", "curve"], sort=True):
-        cells += _fit_curve(group, delta)
-    return Envelopes(tuple(cells))
-
-
-def _fit_curve(runs: pd.DataFrame, delta: float) -> list[EnvelopeCell]:
-    """One curve's cells, fitted jointly (the shared curvature)."""
-    from scipy.optimize import least_squares
-
     runs = runs.assign(
         seed=pd.to_numeric(runs["seed"], errors="coerce").fillna(-1).astype(int),
         y=np.log(pd.to_numeric(runs["val_loss"]).astype(float)),
         x=np.log(runs["lr"].astype(float)),
     )
-    cells = [g.sort_values(["lr", "seed", "run_id"]) for _, g in runs.groupby(list(CELL_KEYS), sort=True)]
-    own = [g["lr"].nunique() >= OWN_CURVATURE_RATES for g in cells]
-    # columns: the curve's shared curvature (when some cell uses it), each own curvature, each cell's slope, then
-    # each (cell, seed)'s level
-    shared = not all(own)
-    columns = int(shared) + sum(own)
-    curv_col = [int(shared) + sum(own[:k]) if own[k] else 0 for k in range(len(cells))]
-    slope_col = list(range(columns, columns + len(cells)))
-    columns += len(cells)
-    level_col: list[dict[int, int]] = []
-    for g in cells:
-        level_col.append({int(s): columns + i for i, s in enumerate(sorted(g["seed"].unique()))})
-        columns += len(level_col[-1])
-    rows, y, centres = [], [], []
-    for k, g in enumerate(cells):
-        centre = float(np.mean(np.unique(g["x"])))
-        centres.append(centre)
-        for r in g.itertuples():
-            t = r.x - centre
-            row = np.zeros(columns)
-            row[curv_col[k]] = t * t
-            row[slope_col[k]] = t
-            row[level_col[k][r.seed]] = 1.0
-            rows.append(row)
-            y.append(r.y)
-    design, target = np.array(rows), np.array(y)
+    return Envelopes(tuple(_fit_cell(g, delta) for _, g in runs.groupby(list(CELL_KEYS), sort=True)))
+
+
+def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
+    """One cell's parabola over the rates around its best measured mean, and its minimum."""
+    from scipy.optimize import least_squares
+
+    cell = cell.sort_values(["lr", "seed", "run_id"])
+    g = _window(cell)
+    seeds = tuple(int(s) for s in sorted(g["seed"].unique()))
+    centre = float(np.mean(np.unique(g["x"])))
+    t = g["x"].to_numpy(float) - centre
+    design = np.column_stack([t * t, t] + [(g["seed"].to_numpy() == s).astype(float) for s in seeds])
+    target = g["y"].to_numpy(float)
     start = np.linalg.lstsq(design, target, rcond=None)[0]
-    fit = least_squares(
-        lambda theta: design @ theta - target,
-        start,
-        jac=lambda theta: design,
-        loss="huber",
-        f_scale=delta,
-        method="trf",
-        x_scale="jac",
-        xtol=1e-14,
-        ftol=1e-14,
-        gtol=1e-14,
+    if design.shape[0] > design.shape[1]:  # an exact fit (one seed at 3 rates) has nothing to be robust against
+        start = least_squares(
+            lambda theta: design @ theta - target,
+            start,
+            jac=lambda theta: design,
+            loss="huber",
+            f_scale=delta,
+            method="trf",
+            x_scale="jac",
+            xtol=1e-14,
+            ftol=1e-14,
+            gtol=1e-14,
+        ).x
+    c, b, levels = float(start[0]), float(start[1]), tuple(float(v) for v in start[2:])
+    fitted = np.sort(g["lr"].unique())
+    swept = np.sort(cell["lr"].unique())
+    t_star, edge = _vertex(b, c, math.log(fitted[0]) - centre, math.log(fitted[-1]) - centre, float(np.mean(levels)))
+    best = {"low": fitted[0], "high": fitted[-1]}.get(edge, math.exp(centre + t_star))
+    if edge and best != swept[0 if edge == "low" else -1]:
+        edge = ""  # the end of the window inside the swept rates: the minimum lies in the grid, near that rate
+    by_rate = cell.groupby("lr")["val_loss"].mean()
+    first = cell.iloc[0]
+    return EnvelopeCell(
+        sweep=str(first["sweep"]),
+        curve=str(first["curve"]),
+        variant=str(first["variant"]),
+        n_layer=int(first["n_layer"]),
+        d_model=int(first["d_model"]),
+        tokens=float(first["tokens"]),
+        params=float(cell["params"].astype(float).mean()),
+        rates=tuple(float(r) for r in swept),
+        rate_loss=tuple(float(by_rate[r]) for r in swept),
+        seeds=seeds,
+        fitted=tuple(float(r) for r in fitted),
+        levels=levels,
+        slope=b,
+        curvature=c,
+        centre=centre,
+        best_lr=float(best),
+        edge=edge,
+        run_ids=tuple(cell["run_id"].astype(str)),
     )
-    theta = fit.x
-    out = []
-    for k, g in enumerate(cells):
-        c, b = float(theta[curv_col[k]]), float(theta[slope_col[k]])
-        seeds = tuple(sorted(level_col[k]))
-        levels = tuple(float(theta[level_col[k][s]]) for s in seeds)
-        rates = np.sort(g["lr"].unique())
-        lo, hi = math.log(rates[0]) - centres[k], math.log(rates[-1]) - centres[k]
-        t_star, edge = _vertex(b, c, lo, hi, float(np.mean(levels)))
-        by_rate = g.groupby("lr")["val_loss"].mean()
-        first = g.iloc[0]
-        out.append(
-            EnvelopeCell(
-                sweep=str(first["sweep"]),
-                curve=str(first["curve"]),
-                variant=str(first["variant"]),
-                n_layer=int(first["n_layer"]),
-                d_model=int(first["d_model"]),
-                tokens=float(first["tokens"]),
-                params=float(g["params"].astype(float).mean()),
-                rates=tuple(float(r) for r in rates),
-                rate_loss=tuple(float(by_rate[r]) for r in rates),
-                seeds=seeds,
-                levels=levels,
-                slope=b,
-                curvature=c,
-                centre=centres[k],
-                own_curvature=bool(own[k]),
-                best_lr=float({"low": rates[0], "high": rates[-1]}.get(edge, np.exp(centres[k] + t_star))),
-                edge=edge,
-                run_ids=tuple(g["run_id"].astype(str)),
-            )
-        )
-    return out
+
+
+def _window(g: pd.DataFrame) -> pd.DataFrame:
+    """A cell's runs at the LOCAL_RATES consecutive rates centred on its best mean loss (shifted inside the grid)."""
+    rates = np.sort(g["lr"].unique())
+    if rates.size <= LOCAL_RATES:
+        return g
+    best = int(np.argmin(g.groupby("lr")["val_loss"].mean().reindex(rates).to_numpy()))
+    first = min(max(best - LOCAL_RATES // 2, 0), rates.size - LOCAL_RATES)
+    return g[g["lr"].isin(rates[first : first + LOCAL_RATES])]
 
 
 def _vertex(b: float, c: float, lo: float, hi: float, a: float) -> tuple[float, str]:
-    """The minimum of a + b t + c t^2 over [lo, hi], and which edge it sits on ("" when inside)."""
+    """The minimum of a + b t + c t^2 over [lo, hi], and which end it sits on ("" when inside)."""
     if c > 0:
         t = -b / (2 * c)
         if t < lo:
@@ -259,7 +248,7 @@ def _vertex(b: float, c: float, lo: float, hi: float, a: float) -> tuple[float, 
         if t > hi:
             return hi, "high"
         return t, ""
-    # not convex: the lower of the two ends (an edge by construction)
+    # not convex: the lower of the two ends
     at_lo, at_hi = a + b * lo + c * lo * lo, a + b * hi + c * hi * hi
     return (lo, "low") if at_lo <= at_hi else (hi, "high")
 

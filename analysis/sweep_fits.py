@@ -657,7 +657,7 @@ def _collect_warnings(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[str
 
 @dataclass
 class _Prepared:
-    """A sweep's points, chosen and checked, before any law is fitted (:func:`_prepare_sweep`)."""
+    """A sweep's points, chosen and checked, before any law is fitted (:func:`prepare_sweep`)."""
 
     sweep: str
     points: pd.DataFrame
@@ -676,7 +676,7 @@ def _conventions(runs: pd.DataFrame) -> tuple[str, ...]:
     return tuple(sorted(runs.loc[runs["status"] == "done", "flops_convention"].dropna().astype(str).unique()))
 
 
-def _prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Prepared:
+def prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Prepared:
     """Step 1 of the module docstring, and the checks of :mod:`analysis.checks`: the points of every curve,
     a :class:`FitInputError` for what no fit can support, and the seeds missing at some budget."""
     notes: list[str] = []
@@ -713,7 +713,7 @@ def _curves_under(prepared: _Prepared, settings: FitSettings) -> list[CurveData]
     already given once, under the report's own settings."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _prepare_sweep(prepared.runs, prepared.sweep, settings).data
+        return prepare_sweep(prepared.runs, prepared.sweep, settings).data
 
 
 def _fit_sweep(
@@ -817,7 +817,7 @@ def _headlines(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the sweep's own fit gave these warnings already
-            prepared = _prepare_sweep(runs, sweep, settings)
+            prepared = prepare_sweep(runs, sweep, settings)
             study, _, found = fit_curves(prepared.data, settings, notes=[])
     except AnalysisError as err:
         notes.append(f"M {what}: not fitted ({err})")
@@ -1276,7 +1276,7 @@ def fit_results(
     # a sweep with several training lengths per size is fitted once per length (analysis.slices)
     sliced = {name: slices(name, runs[runs["sweep"] == name]) for name in names}
     parts = [(name, label, part) for name in names for label, part in sliced[name]]
-    prepared = [(name, part, _prepare_sweep(part, label, settings)) for name, label, part in parts]
+    prepared = [(name, part, prepare_sweep(part, label, settings)) for name, label, part in parts]
     fits = []
     for i, (name, part, p) in enumerate(prepared):
         belongs = tuple(path.path for path in unreadable if _may_belong(path, name, results))

@@ -82,8 +82,10 @@ def test_each_fit_carries_the_other_protocol_and_the_cost_of_the_papers(fits):
     cells = own.sweeps[0].protocol_cells
     assert len(cells) == 7 and all(c.curve == "block" for c in cells)
     for c in cells:
-        assert c.baseline_lr / c.own_lr == pytest.approx(1.5, rel=0.05)
-        assert c.cost_pct == pytest.approx(100 * math.expm1(CURVATURE * math.log(1.5) ** 2), abs=0.1)
+        assert c.baseline_lr / c.own_lr == pytest.approx(1.5, rel=0.1)
+        assert c.cost_pct == pytest.approx(100 * math.expm1(CURVATURE * math.log(1.5) ** 2), abs=0.3)
+    mean_cost = np.mean([c.cost_pct for c in cells])  # the noise of one cell's is about 0.1 %
+    assert mean_cost == pytest.approx(100 * math.expm1(CURVATURE * math.log(1.5) ** 2), abs=0.1)
     text = format_report(own)
     assert "both tuning protocols from the same runs" in text and "cost of the paper's protocol %" in text
 
@@ -105,8 +107,8 @@ def test_envelope_cells_find_the_best_rate_and_are_written_to_fit_json(swept, fi
     for cell in sweep.envelope.cells:
         truth = BASE_LR if cell.curve == "baseline" else BASE_LR / 1.5
         assert cell.best_lr == pytest.approx(truth, rel=0.1)
-        assert cell.edge == "" and cell.rates == RATES and cell.seeds == (0, 1)
-        assert cell.curvature == pytest.approx(CURVATURE, rel=0.15)
+        assert cell.edge == "" and cell.rates == RATES and cell.seeds == (0, 1) and len(cell.fitted) == 3
+        assert cell.curvature == pytest.approx(CURVATURE, rel=0.3)
     data = json.loads(fits[("envelope", "per-variant")].to_json())
     assert data["settings"]["lr"] == "envelope" and data["settings"]["protocol"] == "per-variant"
     (sw,) = data["sweeps"]
@@ -168,3 +170,30 @@ def test_the_stall_detector_flags_a_lagging_seed_and_gives_m_without_it(tmp_path
     assert m.without_stalls is not None and m.without_stalls.has_interval
     assert "lags its cell's other seeds" in format_report(report)
     assert not fit_results(tree.root, n_boot=0, chinchilla=False, stall_margin=0).sweeps[0].stalls
+
+
+def test_the_parabola_is_fitted_around_the_best_rate_so_a_steep_side_does_not_pull_the_minimum(monkeypatch):
+    """A curve 6x steeper above its best rate than below: a parabola over all four rates puts the minimum loss
+    1.6 % below the truth; the one over the three rates around the best measured reads it to 0.01 %."""
+    import pandas as pd
+
+    import analysis.envelope
+
+    best, rates = 6e-3, (2.5e-3, 5e-3, 1e-2, 2e-2)
+    rows = []
+    for lr in rates:
+        d = math.log(lr / best)
+        for seed, shift in ((0, 0.0), (1, 0.004)):
+            loss = 2.0 * math.exp((0.02 if d < 0 else 0.12) * d * d + shift)
+            rows.append(
+                {"sweep": "s", "curve": "baseline", "variant": "baseline", "n_layer": 3, "d_model": 48,
+                 "tokens": 1e6, "params": 8e4, "lr": lr, "seed": seed, "val_loss": loss, "run_id": f"{lr}-{seed}"}
+            )  # fmt: skip
+    truth = 2.0 * math.exp(0.002)  # the mean of the two seeds' minima
+    (cell,) = fit_envelopes(pd.DataFrame(rows)).cells
+    assert cell.fitted == rates[:3] and cell.edge == ""
+    assert cell.loss == pytest.approx(truth, rel=1e-4)
+    assert 2.5e-3 < cell.best_lr < 1e-2
+    monkeypatch.setattr(analysis.envelope, "LOCAL_RATES", 4)
+    (everything,) = fit_envelopes(pd.DataFrame(rows)).cells
+    assert everything.loss < truth * 0.99
