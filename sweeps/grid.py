@@ -160,6 +160,9 @@ class TuneSpec:
     file: str | None = None
     widen: int = 2  # times the lr range may be widened when the best value sits at its edge (0: never)
     finalists: int = 2  # best trials trained again with a second seed; the mean picks the winner (0: none)
+    match_schedule: bool = True  # trials warm up and decay as the grid's runs do (False: the trial's own defaults)
+    min_prune_frac: float = 0.5  # no trial is pruned before this fraction of its steps
+    finalist_spacing: float = 1.25  # two finalists are at least this factor apart in learning rate
 
     @property
     def searched(self) -> tuple[str, ...]:
@@ -638,7 +641,7 @@ def _parse_range(value: Any, where: str) -> tuple[float, float] | None:
 def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
     keys = (
         "budget", "trials", "lr", "warmup_frac", "beta2", "pruner", "variants", "eval_interval", "seed", "file",
-        "widen", "finalists",
+        "widen", "finalists", "match_schedule", "finalist_spacing",
     )  # fmt: skip
     _check_keys(data, keys, "tune.")
     kwargs: dict[str, Any] = {}
@@ -659,7 +662,12 @@ def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
             kwargs[key] = _parse_range(data[key], f"tune.{key}")
     pruner = data.get("pruner", "median")
     if isinstance(pruner, Mapping):
-        _check_keys(pruner, ("type", "startup_trials", "warmup_steps"), "tune.pruner.")
+        _check_keys(pruner, ("type", "startup_trials", "warmup_steps", "min_frac"), "tune.pruner.")
+        if "min_frac" in pruner:
+            frac = _number(pruner["min_frac"], "tune.pruner.min_frac", positive=False)
+            if not 0 <= frac <= 1:
+                raise ConfigError(f"tune.pruner.min_frac must be a fraction in [0, 1], got {pruner['min_frac']!r}")
+            kwargs["min_prune_frac"] = float(frac)
         if "startup_trials" in pruner:
             kwargs["startup_trials"] = _integer(pruner["startup_trials"], "tune.pruner.startup_trials", minimum=0)
         if "warmup_steps" in pruner:
@@ -679,6 +687,15 @@ def _parse_tune(data: Mapping[str, Any]) -> TuneSpec:
         kwargs["widen"] = _integer(data["widen"], "tune.widen", minimum=0)
     if "finalists" in data:
         kwargs["finalists"] = _integer(data["finalists"], "tune.finalists", minimum=0)
+    if "finalist_spacing" in data:
+        spacing = _number(data["finalist_spacing"], "tune.finalist_spacing")
+        if spacing < 1:
+            raise ConfigError(f"tune.finalist_spacing must be >= 1 (a factor in learning rate), got {spacing!r}")
+        kwargs["finalist_spacing"] = float(spacing)
+    if "match_schedule" in data:
+        if not isinstance(data["match_schedule"], bool):
+            raise ConfigError(f"tune.match_schedule must be true or false, got {data['match_schedule']!r}")
+        kwargs["match_schedule"] = data["match_schedule"]
     if data.get("file"):
         kwargs["file"] = str(data["file"])
     return TuneSpec(**kwargs)

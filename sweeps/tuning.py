@@ -81,10 +81,40 @@ def _pruner(grid: Grid):
     return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup_steps)
 
 
-def _warmup_steps(cfg: Any) -> int:
+def _no_pruning_before(cfg: Any, min_frac: float) -> int:
+    """The first step a trial may be pruned at: after its warm-up and ``min_frac`` of its steps (a rate is ranked
+    by how it trains, not by how fast a warm-up at a larger rate moves first, nor by an early lead that the decay
+    takes back)."""
     from attnres.costs import run_budget
+    from attnres.training.schedule import warmup_steps
 
-    return round(cfg.train.warmup_frac * run_budget(cfg).steps)
+    steps = run_budget(cfg).steps
+    return max(warmup_steps(cfg, steps), math.ceil(min_frac * steps))
+
+
+def run_schedule(grid: Grid, size: Size, label: str, results: str | Path) -> dict[str, Any]:
+    """The train.* schedule settings of the grid's runs of (size, variant) that a trial copies: the warm-up in
+    tokens, the schedule and its decay (``tune.match_schedule``). For WSD branches, the branches' (a trunk is
+    not what the rate is chosen for); among several budgets, the shortest run's warm-up."""
+    from attnres.costs import run_budget
+    from attnres.training.schedule import requested_warmup
+    from sweeps.grid import expand_runs
+
+    planned = expand_runs(grid, results, untuned_ok=True)  # the schedule does not depend on the tuned values
+    runs = [r for r in planned if r.size.name == size.name and r.variant == label and r.role != "trunk"]
+    if not runs:
+        return {}
+    cfg = min(runs, key=lambda r: run_budget(r.cfg).tokens).cfg
+    t = cfg.train
+    warmup = t.warmup_tokens
+    if warmup is None:
+        warmup = requested_warmup(cfg, run_budget(cfg).steps) * t.batch_size * cfg.model.seq_len
+    return {
+        "warmup_tokens": int(warmup),
+        "schedule": t.schedule,
+        "wsd_decay_frac": t.wsd_decay_frac,
+        "min_lr_ratio": t.min_lr_ratio,
+    }
 
 
 def pruning_callback(trial: Any, no_pruning_before: int = 0) -> Any:
@@ -252,7 +282,7 @@ def _confirm_finalists(grid, size, label, name, store, results, threads, tuner, 
     names = [name] + [f"{name}/wider{k}" for k in range(1, int(best.get("widened", 0)) + 1)]
     complete = (optuna.trial.TrialState.COMPLETE,)
     searched = [t for n in names for t in optuna.load_study(study_name=n, storage=store).get_trials(states=complete)]
-    finalists = sorted(searched, key=lambda t: t.value)[: spec.finalists]
+    finalists = pick_finalists(searched, spec.finalists, spec.finalist_spacing)
     second = next((s for s in grid.seeds if s != grid.seeds[0]), grid.seeds[0] + 1)
     study = optuna.create_study(
         study_name=f"{name}/finalists",
@@ -279,6 +309,20 @@ def _confirm_finalists(grid, size, label, name, store, results, threads, tuner, 
         "finalists": [{"lr": float(t.params["lr"]), "val_loss": [float(x) for x in l]} for t, l in scored],
         "seeds": [grid.seeds[0], second],
     }
+
+
+def pick_finalists(trials: list[Any], count: int, spacing: float) -> list[Any]:
+    """The ``count`` best trials (lowest value), each at least a factor ``spacing`` in learning rate from those
+    chosen before it: two rates closer than that are one rate tried twice, and a second seed of it tells nothing
+    about which rate is better."""
+    chosen: list[Any] = []
+    for t in sorted(trials, key=lambda t: t.value):
+        lr = t.params["lr"]
+        if all(max(lr / c.params["lr"], c.params["lr"] / lr) >= spacing for c in chosen):
+            chosen.append(t)
+        if len(chosen) == count:
+            break
+    return chosen
 
 
 def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:
@@ -314,6 +358,7 @@ def _objective(
     from sweeps.local_pool import with_runtime
 
     spec = grid.tune
+    schedule = run_schedule(grid, size, label, results) if spec.match_schedule else {}
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("tuner", tuner)
@@ -325,11 +370,13 @@ def _objective(
             train["beta2"] = trial.suggest_float("beta2", *spec.beta2)
         if spec.eval_interval:
             train["eval_interval"] = spec.eval_interval
+        if spec.match_schedule and not spec.warmup_frac:  # a searched warm-up is the trial's own
+            train = {**schedule, **train}
         cfg = make_run(grid, size, label, spec.budget, seed, sweep=grid.tune_sweep, train=train)
         cfg = with_runtime(cfg, threads=threads, progress_bar=False)
         run_dir = run_dir_for(cfg, results)
         trial.set_user_attr("run_id", cfg.run_id)
-        callback = pruning_callback(trial, no_pruning_before=_warmup_steps(cfg))
+        callback = pruning_callback(trial, no_pruning_before=_no_pruning_before(cfg, spec.min_prune_frac))
         outcome = train_claimed(cfg, run_dir, log_file=run_dir / "train.log", callbacks=[callback])
         if callback.pruned_at is not None:
             raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")

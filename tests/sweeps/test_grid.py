@@ -465,3 +465,60 @@ def grid_with_micro(run: RunConfig, micro: int):
     from dataclasses import replace
 
     return replace(run.train, micro_batch_size=micro)
+
+
+def test_a_variant_entry_carries_its_own_rates_and_seeds():
+    data = grid_with(
+        lr=[1e-3, 2e-3, 4e-3],
+        seeds=[0, 1],
+        variants=[
+            "baseline",
+            {"name": "full", "model": {"residual": "full"}, "lr": [2e-3], "seeds": [0]},
+            {"block": [2], "seeds": [5]},
+        ],
+    )
+    runs = expand(load_grid(data))
+    by = {}
+    for r in runs:
+        by.setdefault(r.model.residual, set()).add((r.train.lr, r.train.seed))
+    assert by["baseline"] == {(lr, s) for lr in (1e-3, 2e-3, 4e-3) for s in (0, 1)}
+    assert by["full"] == {(2e-3, 0)}
+    assert by["block"] == {(lr, 5) for lr in (1e-3, 2e-3, 4e-3)}
+    with pytest.raises(ConfigError, match="lr must be rates"):
+        load_grid(grid_with(variants=["baseline", {"block": [2], "lr": "tuned"}]))
+    with pytest.raises(ConfigError, match="name the variant too"):
+        load_grid(grid_with(variants=["baseline", {"seeds": [1]}]))
+
+
+def test_rates_a_factor_apart_around_a_centre():
+    runs = expand(load_grid(grid_with(lr={"centre": 4e-3, "factor": 2, "count": 4}, variants=["baseline"])))
+    rates = sorted(r.train.lr for r in runs)
+    assert rates == pytest.approx([4e-3 * 2**k for k in (-1.5, -0.5, 0.5, 1.5)])
+    for bad, match in (
+        ({"centre": 4e-3, "factor": 2}, "needs count"),
+        ({"centre": 4e-3, "factor": 1, "count": 3}, "factor must be > 1"),
+        ({"centre": 4e-3, "factor": 2, "count": 3, "spread": 1}, "unknown config key lr"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            load_grid(grid_with(lr=bad))
+
+
+def test_branches_share_a_warm_up_capped_at_a_tenth_of_the_shortest_branch():
+    def warmups(branches):
+        data = grid_with(budgets=[{"tokens": [20000, 160000]}], branches=branches, variants=["baseline"])
+        data["defaults"]["train"]["warmup_frac"] = 0.05
+        return {r.train.warmup_tokens for r in expand(load_grid(data)) if r.train.trunk_tokens is not None}
+
+    (capped,) = warmups({"decay_frac": 0.2})
+    assert capped == pytest.approx(0.1 * 20480, abs=1)  # 10 % of the shortest branch, not 5 % of the longest (8,000)
+    (uncapped,) = warmups({"decay_frac": 0.2, "max_warmup_frac": None})
+    assert uncapped == pytest.approx(0.05 * 160768, abs=1)  # the committed cpu_wsd grids' rule
+    with pytest.raises(ConfigError, match="max_warmup_frac"):
+        warmups({"decay_frac": 0.2, "max_warmup_frac": 1.5})
+
+
+def test_a_studys_grid_is_found_by_name_in_its_folder():
+    from sweeps.grid import STUDIES_DIR, resolve_grid_path, shipped_grids
+
+    assert resolve_grid_path("cpu_envelope") == STUDIES_DIR / "cpu_envelope" / "cpu_envelope.yaml"
+    assert "cpu_envelope" in shipped_grids() and "smoke" in shipped_grids()

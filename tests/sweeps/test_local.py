@@ -285,3 +285,38 @@ def test_a_workers_train_log_has_a_loss_line_every_log_interval(reference):
     lines = [line for line in log.splitlines() if line.startswith("step ")]
     assert len(lines) >= 118 // GRID["defaults"]["train"]["log_interval"]
     assert lines[-1].startswith("step 118/118") and all(f" {k} " in lines[0] for k in ("tokens", "loss", "lr", "eta"))
+
+
+def test_a_branch_is_handed_out_once_its_trunk_has_finished():
+    """Two workers: the second must not take a branch while the first trains its trunk (it would train the branch
+    from step 0); it takes other work, or waits."""
+    from collections import deque
+
+    from sweeps import expand, load_grid
+    from sweeps.local_pool import _Launcher, _trunks
+
+    grid = load_grid(
+        {
+            "name": "br",
+            "defaults": {"model": {"seq_len": 64}, "train": {"batch_size": 16, "eval_interval": 1000000}},
+            "ladder": {"depths": [2], "width_per_layer": 16, "head_dim": 16},
+            "budgets": [{"tokens": [20000, 40000]}],
+            "branches": {"decay_frac": 0.2},
+            "variants": ["baseline"],
+            "seeds": [0, 1],
+            "lr": 3e-3,
+        }
+    )
+    runs = expand(grid)
+    kinds = ["trunk" if r.sweep.endswith("-trunk") else "branch" for r in runs]
+    assert kinds == ["trunk", "trunk", "branch", "branch", "branch", "branch"]
+    launcher = _Launcher(runs, [None] * len(runs), {}, deque(range(len(runs))), {}, print, 0.1)
+    launcher.after = _trunks(runs)
+    assert set(launcher.after.values()) == {0, 1} and len(launcher.after) == 4
+    first, second = launcher.next_pending(), launcher.next_pending()
+    assert (first, second) == (0, 1)  # the two trunks
+    launcher.pool = [type("W", (), {"task": 0})(), type("W", (), {"task": 1})()]  # both training
+    assert launcher.next_pending() is None  # every branch waits for a trunk in training
+    launcher.pool[0].task = None  # trunk 0 finished
+    branch = launcher.next_pending()
+    assert launcher.after[branch] == 0

@@ -136,7 +136,8 @@ def test_a_pruned_trial_stops_its_run_part_way(tmp_path, monkeypatch):
     assert not (tmp_path / "prune-tune" / "tuned.yaml").exists()
     (trial,) = [p for p in (tmp_path / "prune-tune").iterdir() if (p / "run.parquet").exists()]
     row = read_status(trial)
-    assert row["status"] == "running" and row["step"] == 5 < row["max_steps"]  # stopped at its first evaluation
+    # 16 steps, evaluated every 5: not pruned at step 5, stopped at its first evaluation after half of its steps
+    assert row["status"] == "running" and row["step"] == 10 < row["max_steps"]
 
 
 KILLED_TUNER = """
@@ -339,3 +340,50 @@ def test_the_per_variant_protocol_needs_every_variants_own_values_and_an_unknown
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"not a tuning protocol; choose tuned-baseline .* tuned-per-variant"):
         load_grid(path)
+
+
+def test_no_trial_is_pruned_before_half_of_its_steps_or_its_warm_up():
+    from attnres.config import RunConfig, from_dict
+    from sweeps.tuning import _no_pruning_before
+
+    def run_of(warmup_frac):  # 100 steps of 8 x 128 tokens
+        return from_dict(
+            RunConfig,
+            {"model": {"seq_len": 128}, "train": {"tokens": 100 * 1024, "batch_size": 8, "warmup_frac": warmup_frac}},
+        )
+
+    run = run_of(0.05)
+    assert _no_pruning_before(run, 0.5) == 50
+    assert _no_pruning_before(run, 0.0) == 5  # the warm-up alone (what committed studies' tuning did)
+    late = run_of(0.6)
+    assert _no_pruning_before(late, 0.5) == 60
+
+
+def test_finalists_are_at_least_the_spacing_apart():
+    from types import SimpleNamespace
+
+    from sweeps.tuning import pick_finalists
+
+    trials = [SimpleNamespace(value=v, params={"lr": lr}) for lr, v in ((1.97e-3, 1.0), (1.985e-3, 1.01), (4e-3, 1.1))]
+    assert [t.params["lr"] for t in pick_finalists(trials, 2, 1.25)] == [1.97e-3, 4e-3]
+    assert [t.params["lr"] for t in pick_finalists(trials, 2, 1.0)] == [1.97e-3, 1.985e-3]  # the old rule
+
+
+def test_trials_take_the_warm_up_and_decay_of_the_runs_they_tune_for(tmp_path):
+    """A grid of WSD branches at 8 and 16 tokens/param: its runs warm up over a shared number of tokens (10 % of
+    the shortest branch) and decay 20 %; a trial at 4 tokens/param copies both instead of its own 5 %."""
+    from sweeps.tuning import run_schedule
+
+    data = {
+        **GRID,
+        "lr": [3e-3],
+        "budgets": [{"tokens_per_param": [8, 16]}],
+        "branches": {"decay_frac": 0.2},
+        "defaults": {**GRID["defaults"], "train": {**GRID["defaults"]["train"], "warmup_frac": 0.05}},
+    }
+    grid = load_grid(data)
+    size = grid.sizes[0]
+    schedule = run_schedule(grid, size, "baseline", tmp_path)
+    branch = next(r for r in expand(grid, tmp_path) if r.sweep == grid.name and r.model.residual == "baseline")
+    assert schedule["warmup_tokens"] == branch.train.warmup_tokens > 0
+    assert schedule["schedule"] == "wsd" and schedule["wsd_decay_frac"] == 0.2
