@@ -373,6 +373,7 @@ def format_plan(
             f"lr {grid.lr}: the learning rates come from `{grid.tune_command('RESULTS')}`, which has not run yet; "
             "the run ids (-?) are known after it"
         )
+    lines += rate_sweep_lines(rows)
     if tuning:
         tune_s = sum(r.est_s for r in tuning) / max(1, parallel)
         lines.append(
@@ -381,6 +382,25 @@ def format_plan(
             f"{human_time(tune_s)}"
         )
     return "\n".join(lines)
+
+
+def rate_sweep_lines(rows: list[PlanRow]) -> list[str]:
+    """For a grid that trains several learning rates per (size, variant, budget): how many, and how to read and
+    widen them (the envelope's edge flag)."""
+    cells: dict[tuple, set[float]] = {}
+    for r in rows:
+        if not r.variant.endswith("trunk") and not r.to_be_tuned:
+            cells.setdefault((r.variant, r.size, r.tokens), set()).add(r.lr)
+    counts = sorted({len(v) for v in cells.values()})
+    if not cells or counts[-1] < 2:
+        return []
+    low, high = min(min(v) for v in cells.values()), max(max(v) for v in cells.values())
+    return [
+        f"learning rates: {'-'.join(map(str, dict.fromkeys([counts[0], counts[-1]])))} per (size, variant, budget), "
+        f"{low:.3g} to {high:.3g}; `attnres fit --lr envelope` reads each cell's loss at its best rate (3 rates at "
+        "least) and flags a minimum at an end of the rates (EDGE): add rates past that end to the grid's lr: "
+        "(the runs already trained keep their ids)"
+    ]
 
 
 def memory_lines(rows: list[PlanRow]) -> list[str]:
