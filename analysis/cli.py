@@ -17,111 +17,19 @@ DEFAULT_OUTPUT = "fit.json"
 
 
 def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The options of :func:`analysis.fit_results`, shared by ``attnres fit`` and ``attnres report``."""
-    parser.add_argument(
-        "--form",
-        default="A*C^-alpha",
-        choices=["A*C^-alpha", "E+A*C^-alpha"],
-        help="curve form (default: the paper's A*C^-alpha)",
-    )
-    parser.add_argument(
-        "--select",
-        default="mean",
-        choices=["mean", "median", "best"],
-        help=(
-            "point per (variant, size, budget): mean over seeds at the best LR (default), their median, or the best run"
-        ),
-    )
-    parser.add_argument(
-        "--lr",
-        default="best",
-        choices=["best", "envelope"],
-        help=(
-            "each cell's learning rate where a grid trained several: the best rate trained (default), or envelope: "
-            "the minimum of a parabola fitted to log loss against ln(rate) over the swept rates (docs/analysis.md)"
-        ),
-    )
-    parser.add_argument(
-        "--protocol",
-        default="per-variant",
-        choices=["per-variant", "paper"],
-        help=(
-            "every variant at its own best learning rate (default), or at the baseline's (the paper's protocol); "
-            "a grid that swept rates gets the other one beside the headline too"
-        ),
-    )
-    parser.add_argument(
-        "--stall-margin",
-        type=float,
-        default=0.05,
-        help=(
-            "flag a run whose training loss lags its cell's other seeds by more than this fraction early in "
-            "training (default 0.05; 0: no flags); the headline is also given without the flagged runs"
-        ),
-    )
-    parser.add_argument(
-        "--baseline", default="baseline", help="the variant the others are compared with (default: baseline)"
-    )
-    parser.add_argument("--level", type=float, default=0.9, help="confidence level of the intervals (default 0.9)")
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000; 0: no intervals)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    parser.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log-loss residuals (default 1e-3)")
-    parser.add_argument(
-        "--exponent",
-        default="auto",
-        choices=["auto", "shared", "unshared"],
-        help=(
-            "headline multiplier from a shared exponent, separate ones, or auto: shared unless the test says they "
-            "differ"
-        ),
-    )
-    parser.add_argument(
-        "--frontier",
-        default="auto",
-        choices=["auto", "on", "off"],
-        help="IsoFLOP minima per budget when a budget has several sizes (auto), always, or never",
-    )
-    parser.add_argument(
-        "--units",
-        default="flops",
-        choices=["flops", "pflops_days"],
-        help="compute unit of the fits and tables (default: training FLOPs as stored)",
-    )
-    parser.add_argument(
-        "--interval",
-        default="budgets",
-        choices=["budgets", "seeds"],
-        help=(
-            "how the bootstrap makes a replicate: budgets (default: each budget's deviation from the law, with its "
-            "seed noise, resampled over budgets, the same budget for every variant; calibrated by the coverage "
-            "study of docs/analysis.md) or seeds (the seeds at each budget only; too narrow when the points stray "
-            "from the law, and then marked unreliable)"
-        ),
-    )
+    """The options of :func:`analysis.fit_results`, shared by ``attnres fit`` and ``attnres report``: every field of
+    :class:`analysis.settings.FitSettings` (defaults, choices and help declared there), and ``--sweep``."""
+    from analysis.settings import add_arguments
+
+    add_arguments(parser)
     parser.add_argument("--sweep", action="append", default=None, help="only this sweep (repeatable; default: all)")
-    parser.add_argument("--no-chinchilla", action="store_true", help="skip the Chinchilla surface fits")
 
 
 def fit_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments of :func:`analysis.fit_results` from options added by :func:`add_fit_options`."""
-    return {
-        "form": args.form,
-        "select": args.select,
-        "baseline": args.baseline,
-        "level": args.level,
-        "n_boot": args.n_boot,
-        "seed": args.seed,
-        "delta": args.delta,
-        "exponent": args.exponent,
-        "frontier": args.frontier,
-        "compute_unit": args.units,
-        "sweeps": args.sweep,
-        "chinchilla": not args.no_chinchilla,
-        "interval": args.interval,
-        "lr": args.lr,
-        "protocol": args.protocol,
-        "stall_margin": args.stall_margin,
-    }
+    """The arguments of :func:`analysis.fit_results` from options added by :func:`add_fit_options`."""
+    from analysis.settings import from_arguments
+
+    return {"settings": from_arguments(args), "sweeps": args.sweep}
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

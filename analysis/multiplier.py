@@ -549,6 +549,7 @@ def compute_multiplier(
     level: float = DEFAULT_LEVEL,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
+    resample: str = BUDGETS,
 ) -> MultiplierResult:
     """The effective compute multiplier M(C) = C_base(L_var(C)) / C of ``variant`` over ``baseline``.
 
@@ -561,7 +562,9 @@ def compute_multiplier(
     Compute is in the unit the baseline was fitted in. Intervals come from a seeded bootstrap of every side
     that carries data (a :class:`PowerLawFit`, or measured points, whose noise is estimated from a fit to
     them when there are more points than parameters); a bare :class:`PowerLaw`, such as a published fit,
-    is taken as exact, so two bare curves give no interval.
+    is taken as exact, so two bare curves give no interval. ``resample``: how a replicate is made, "budgets"
+    (default, as ``attnres fit``: each budget's deviation from the law resampled over budgets) or "seeds"
+    (:func:`run_study`).
 
     >>> base = PowerLaw(A=1.891, alpha=0.057)            # the paper's fits, C in PFLOP/s-days
     >>> block = PowerLaw(A=1.870, alpha=0.058)
@@ -591,6 +594,7 @@ def compute_multiplier(
         seed=seed,
         joint=shared_exponent,
         fits={s.label: s.fit for s in sides},
+        interval=resample,
     )
     stat, method = _log_multiplier(study, base, var, at_values, shared_exponent, points)
     n_var = 1 if points else (var.data.compute.size if var.data is not None else 0)

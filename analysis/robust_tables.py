@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from analysis.table_format import Cell, FitTable, FitText, has_intervals, number, ordered_multipliers, with_interval
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analysis.sweep_fits import FitSettings, SweepFit
+    from analysis.results import SweepFit
+    from analysis.settings import FitSettings
 
 EDGE_MARK = "EDGE"  # a minimum at an end of the swept rates: the loss is an upper bound of the cell's minimum
 
@@ -41,8 +42,8 @@ def envelope_table(sw: SweepFit) -> FitTable:
         for c in sw.envelope.cells
     )
     what = (
-        "learning-rate envelope per cell: the minimum of log loss against ln(rate) (a parabola, a level per seed, "
-        "a slope per cell, the curvature shared by the curve), within the swept rates"
+        "learning-rate envelope per cell: the minimum of log loss against ln(rate) (a parabola with a level per "
+        "seed, fitted over the 3 rates around the cell's best), within the swept rates"
     )
     hint = (
         f"; {EDGE_MARK}: the minimum lies at that end of the swept rates, so the loss is an upper bound: widen the "

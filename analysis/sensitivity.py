@@ -30,10 +30,10 @@ from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
 from analysis.fit import OFFSET_POWER, POWER
 from analysis.multiplier import CurveData, curves_log_multiplier, run_study, shared_log_multiplier
+from analysis.settings import FitSettings
 
-# ``settings`` below is an analysis.sweep_fits.FitSettings and ``multipliers`` its VariantMultiplier objects: not
-# imported, not even for type checking, because sweep_fits imports this module (the import graph has no cycles)
-FitSettings = Any
+# ``multipliers`` below are analysis.results.VariantMultiplier objects: not imported, not even for type checking,
+# because analysis.results imports this module (the import graph has no cycles)
 VariantMultiplier = Any
 
 LEAST_SQUARES_DELTA = 10.0  # a Huber delta no log-loss residual reaches (a factor e^10): plain least squares

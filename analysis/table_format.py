@@ -16,7 +16,8 @@ from analysis.bootstrap import Estimate
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from analysis.sweep_fits import FitSettings, SweepFit, VariantMultiplier
+    from analysis.results import SweepFit, VariantMultiplier
+    from analysis.settings import FitSettings
 
 Cell = str | int
 

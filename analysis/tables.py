@@ -37,7 +37,8 @@ from analysis.throughput import implausible
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis.fit import JointPowerLawFit
-    from analysis.sweep_fits import FitReport, FitSettings, SweepFit
+    from analysis.results import FitReport, SweepFit
+    from analysis.settings import FitSettings
 
 SURFACE = "Chinchilla surface L(N, D) = E + A / N^alpha + B / D^beta"
 
@@ -261,7 +262,7 @@ def chinchilla_table(sw: SweepFit, settings: FitSettings) -> FitTable:
 def frontier_table(sw: SweepFit, settings: FitSettings) -> FitTable:
     """One row per (variant, compute) of M between the Chinchilla surfaces' frontiers, with the optimal sizes."""
     from analysis.frontier import NOT_CALIBRATED
-    from analysis.sweep_fits import COMPUTE_UNITS
+    from analysis.settings import COMPUTE_UNITS
 
     unit = COMPUTE_UNITS[settings.compute_unit]
     rows = tuple(
@@ -325,7 +326,7 @@ def format_report(report: FitReport) -> str:
 
 
 def _settings_lines(report: FitReport) -> list[str]:
-    from analysis.sweep_fits import UNIT_NAMES
+    from analysis.settings import UNIT_NAMES
 
     s = report.settings
     form_text = "L = A * C^-alpha" if s.form == POWER else "L = E + A * C^-alpha"

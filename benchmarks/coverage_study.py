@@ -39,7 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.multiplier import INTERVAL_METHODS, CurveData  # noqa: E402
-from analysis.sweep_fits import FitSettings, fit_curves  # noqa: E402
+from analysis.settings import FitSettings  # noqa: E402
+from analysis.sweep_fits import fit_curves  # noqa: E402
 
 TRUE_M = 0.8
 C_MIN, C_MAX = 2.6e11, 3.6e13  # the committed study's budgets
@@ -117,7 +118,7 @@ def replicate(
     """One simulated study: (covered, reliable, width high/low, estimate / truth) of the headline M."""
     rng = np.random.default_rng([rep, s.budgets, s.seeds, int(s.bend), int(1e4 * s.common), int(1e4 * s.indep)])
     data = simulate(s, rng)
-    settings = FitSettings(form=form, n_boot=n_boot, seed=rep, interval=method, chinchilla=False)
+    settings = FitSettings(form=form, n_boot=n_boot, seed=rep, resample=method, chinchilla=False)
     _, _, multipliers = fit_curves(data, settings)
     m = multipliers[0]
     est = m.multiplier

@@ -319,7 +319,7 @@ _CAPTIONS = {
     "lr_curves": (
         "Loss against learning rate",
         "Validation loss against the learning rate at each size: markers are each variant's mean over seeds at every "
-        "rate trained, lines the fitted envelope (a parabola in ln rate, its curvature shared by the variant's sizes) "
+        "rate trained, lines the fitted envelope (a parabola in ln rate over the 3 rates around the best) "
         "and stars its minimum, the loss the fits read; a hollow star sits at an end of the swept rates, so the "
         "minimum lies beyond the rates tried.",
     ),
@@ -833,7 +833,7 @@ class _Builder:
     def frontier_blocks(self) -> list[Block]:
         """M between the Chinchilla surfaces' frontiers, for every sweep that has them, at its largest compute."""
         from analysis.frontier import NOT_CALIBRATED, at_largest_compute
-        from analysis.sweep_fits import COMPUTE_UNITS
+        from analysis.settings import COMPUTE_UNITS
         from reports.data import n_blocks_of
         from reports.style import variant_label
 
@@ -960,7 +960,7 @@ class _Builder:
             if unreliable:
                 blocks += [
                     Paragraph(
-                        f"**Intervals marked UNRELIABLE** (`--interval {self.settings.interval}`; the data cannot "
+                        f"**Intervals marked UNRELIABLE** (`--resample {self.settings.resample}`; the data cannot "
                         'support a calibrated interval of this kind, docs/analysis.md "Reliability"):'
                     ),
                     Bullets(tuple(f"`{m.variant}`: {m.why}" for m in unreliable)),
@@ -1277,7 +1277,7 @@ def _show_ablation_table(t4: pd.DataFrame) -> list[Block]:
 
 
 def _sweep_name(name: str) -> str:
-    from analysis.sweep_fits import TRUNK_SUFFIX, TUNING_SUFFIX
+    from analysis.settings import TRUNK_SUFFIX, TUNING_SUFFIX
 
     if name.endswith(TUNING_SUFFIX):
         return f"`{name}` (the learning-rate search of `attnres tune`; not fitted, its pruned trials stay unfinished)"

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from analysis.sweep_fits import FitSettings, fit_curves
+from analysis.settings import FitSettings
+from analysis.sweep_fits import fit_curves
 from benchmarks import coverage_study as cs
 
 
@@ -27,7 +28,7 @@ def test_seeds_interval_undercovers_budget_deviations_and_says_it_is_unreliable(
 
 def test_three_budgets_are_marked_unreliable():
     data = cs.simulate(replace(cs.SCENARIOS["a-power"], budgets=3), np.random.default_rng(0))
-    _, _, (m,) = fit_curves(data, FitSettings(n_boot=50, chinchilla=False, interval="budgets"))
+    _, _, (m,) = fit_curves(data, FitSettings(n_boot=50, chinchilla=False, resample="budgets"))
     assert not m.reliable and "3 budgets" in m.why
     assert m.to_dict()["reliable"] is False and m.to_dict()["why"] == m.why
 

@@ -50,6 +50,7 @@ def test_each_row_is_the_headline_of_a_fit_with_that_one_choice_changed(outlier)
             ("L = E + A C^-alpha", {"form": "E+A*C^-alpha"}),
             ("Huber delta 0.1", {"delta": 0.1}),
             ("least squares", {"delta": LEAST_SQUARES_DELTA}),
+            ("median over seeds", {"select": "median"}),
             ("best run per point", {"select": "best"}),
         ]
     }
@@ -58,7 +59,7 @@ def test_each_row_is_the_headline_of_a_fit_with_that_one_choice_changed(outlier)
         assert s.multiplier == m.multiplier.value and s.exponent == m.exponent == "shared"
         assert s.headline == "L = A C^-alpha, Huber delta 0.001, mean over seeds, all 7 budgets"
         rows = {r.choice: r for r in s.rows}
-        assert [r.aspect for r in s.rows] == ["form", "Huber delta", "Huber delta", "points"] + ["budgets"] * 7
+        assert [r.aspect for r in s.rows] == ["form", "Huber delta", "Huber delta", "points", "points"] + ["budgets"] * 7
         for choice, other_sweep in changed.items():
             other = other_sweep.multiplier(m.variant)
             assert math.isclose(rows[choice].multiplier, other.multiplier.value, rel_tol=1e-9), (m.variant, choice)
@@ -76,12 +77,12 @@ def test_the_table_is_printed_and_saved(outlier):
     report = fit_results(root, n_boot=20)
     text = format_report(report)
     assert "M at the largest budget under other analysis choices (point estimates, no bootstrap):" in text
-    assert f"without {name}" in text and "range        over the 11 alternatives" in text
+    assert f"without {name}" in text and "range        over the 12 alternatives" in text
     full = report.sweeps[0].multiplier("full")
     assert f"full: headline M = {full.multiplier.value:.4g} (L = A C^-alpha, Huber delta 0.001" in text
     saved = json.loads(report.to_json())["sweeps"][0]["multipliers"]
     block = next(m for m in saved if m["variant"] == "block")["sensitivity"]
-    assert len(block["rows"]) == 11 and block["low"] <= block["multiplier"] <= block["high"]
+    assert len(block["rows"]) == 12 and block["low"] <= block["multiplier"] <= block["high"]
 
 
 def test_a_choice_the_data_cannot_support_is_a_row_without_a_number(tmp_path):

@@ -1,0 +1,172 @@
+"""The options of a fit (``attnres fit``, ``attnres report``, :func:`analysis.fit_results`), declared once:
+:class:`FitSettings` holds every option with its default, its choices and its help text (each field's metadata),
+and the command line is built from it (:func:`analysis.cli.add_fit_options`); :meth:`FitSettings.check` is the one
+place their values are checked. fit.json writes them all (``settings``).
+
+Pure Python; never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT
+from analysis.errors import AnalysisError
+from analysis.fit import FORMS, HUBER_DELTA, PFLOP_S_DAY, POWER, normalize_form
+from analysis.multiplier import BUDGETS, INTERVAL_METHODS
+from analysis.points import LR_RULES, PROTOCOLS
+from analysis.select import BUDGET_RTOL, SELECT_METHODS
+from analysis.stalls import STALL_MARGIN
+
+COMPUTE_UNITS = {"flops": 1.0, "pflops_days": PFLOP_S_DAY}
+
+UNIT_NAMES = {"flops": "training FLOPs", "pflops_days": "PFLOP/s-days (1e15 * 86400 training FLOPs)"}
+
+UNIT_SHORT = {"flops": "FLOPs", "pflops_days": "PFLOP/s-days"}
+
+EXPONENT_MODES = ("auto", "shared", "unshared")
+# the headline leaves the shared exponent only when this interval of alpha_var - alpha_base excludes 0
+
+FRONTIER_MODES = ("auto", "on", "off")
+
+DEFAULT_BASELINE = "baseline"
+
+TUNING_SUFFIX = "-tune"  # the sweep name `attnres tune` gives its trials
+
+TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's WSD trunks (attnres.training.branches): constant rate, no budget
+
+
+def option(default: Any, help: str, *, flag: str | None = None, choices: tuple | None = None, cli: bool = True) -> Any:
+    """A field of :class:`FitSettings` with what the command line needs to offer it: its help text, its choices and
+    its flag (default ``--<name>`` with dashes)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "cli": cli})
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Every option of a fit, declared once: its default, help text and choices (each field's metadata). The
+    command line of ``attnres fit`` and ``attnres report`` is built from these fields (:func:`add_arguments`),
+    :func:`analysis.fit_results` and the bootstrap take this object, and fit.json writes it whole (``settings``;
+    ``resample`` under its earlier key ``interval``, which older files have too)."""
+
+    form: str = option(POWER, "curve form (default: the paper's A*C^-alpha)", choices=FORMS)
+    select: str = option(
+        "mean",
+        "point per (variant, size, budget): mean over seeds at the best LR (default), their median, or the best run",
+        choices=SELECT_METHODS,
+    )
+    baseline: str = option(DEFAULT_BASELINE, "the variant the others are compared with (default: baseline)")
+    level: float = option(DEFAULT_LEVEL, "confidence level of the intervals (default 0.9)")
+    n_boot: int = option(DEFAULT_N_BOOT, "bootstrap resamples (default 1000; 0: no intervals)")
+    seed: int = option(0, "seed of the bootstrap (default 0)")
+    delta: float = option(HUBER_DELTA, "Huber delta on log-loss residuals (default 1e-3)")
+    exponent: str = option(
+        "auto",
+        "headline multiplier from a shared exponent, separate ones, or auto: shared unless the test says they differ",
+        choices=EXPONENT_MODES,
+    )
+    frontier: str = option(
+        "auto",
+        "IsoFLOP minima per budget when a budget has several sizes (auto), always, or never",
+        choices=FRONTIER_MODES,
+    )
+    compute_unit: str = option(
+        "flops",
+        "compute unit of the fits and tables (default: training FLOPs as stored)",
+        flag="--units",
+        choices=tuple(COMPUTE_UNITS),
+    )
+    budget_rtol: float = option(BUDGET_RTOL, "runs whose FLOPs differ by less share a budget", cli=False)
+    chinchilla: bool = option(True, "skip the Chinchilla surface fits", flag="--no-chinchilla")
+    resample: str = option(
+        BUDGETS,
+        "how the bootstrap makes a replicate: budgets (default: each budget's deviation from the law, with its seed "
+        "noise, resampled over budgets, the same budget for every variant; calibrated by the coverage studies of "
+        "docs/analysis.md) or seeds (the seeds at each budget only; too narrow when the points stray from the law, "
+        "and then marked unreliable); --interval is its earlier name",
+        choices=INTERVAL_METHODS,
+    )
+    lr: str = option(
+        "best",
+        "each cell's learning rate where a grid trained several: the best rate trained (default), or envelope: the "
+        "minimum of a parabola fitted to log loss against ln(rate) around the best rates (docs/analysis.md)",
+        choices=LR_RULES,
+    )
+    protocol: str = option(
+        "per-variant",
+        "every variant at its own best learning rate (default), or at the baseline's (the paper's protocol); a grid "
+        "that swept rates gets the other one beside the headline too",
+        choices=PROTOCOLS,
+    )
+    stall_margin: float = option(
+        STALL_MARGIN,
+        "flag a run whose training loss lags its cell's other seeds by more than this fraction early in training "
+        "(default 0.05; 0: no flags); the headline is also given without the flagged runs",
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "form", normalize_form(self.form))
+        check_settings(self)
+
+    @property
+    def interval(self) -> str:
+        """The resampling method under its earlier name (fit.json's ``settings.interval``)."""
+        return self.resample
+
+    def to_dict(self) -> dict[str, Any]:
+        return {("interval" if f.name == "resample" else f.name): getattr(self, f.name) for f in fields(self)}
+
+
+ALIASES = {"interval": "resample"}  # earlier names of options, still accepted by fit_results
+
+
+def add_arguments(parser: Any) -> None:
+    """The command-line options of every :class:`FitSettings` field marked for it (an argparse parser or group)."""
+    for f in fields(FitSettings):
+        meta = f.metadata
+        if not meta.get("cli"):
+            continue
+        flags = [meta["flag"] or "--" + f.name.replace("_", "-")]
+        flags += [f"--{old}" for old, new in ALIASES.items() if new == f.name]
+        if f.type == "bool":  # a switch that turns a default-on option off
+            parser.add_argument(*flags, dest=f.name, action="store_false", help=meta["help"])
+            continue
+        kind = {"float": float, "int": int}.get(f.type, str)
+        parser.add_argument(
+            *flags, dest=f.name, type=kind, default=f.default, choices=meta["choices"], help=meta["help"]
+        )
+
+
+def from_arguments(args: Any) -> FitSettings:
+    """The :class:`FitSettings` of parsed options (:func:`add_arguments`)."""
+    return FitSettings(**{f.name: getattr(args, f.name) for f in fields(FitSettings) if f.metadata.get("cli")})
+
+
+def check_settings(s: FitSettings) -> None:
+    """One clear error for an option value no fit can use."""
+    if s.select not in SELECT_METHODS:
+        raise AnalysisError(
+            f"select={s.select!r}: use 'mean' (mean over seeds), 'median' (median over seeds) or 'best' (best run)"
+        )
+    if s.exponent not in EXPONENT_MODES:
+        raise AnalysisError(f"exponent={s.exponent!r}: use one of {', '.join(EXPONENT_MODES)}")
+    if s.frontier not in FRONTIER_MODES:
+        raise AnalysisError(f"frontier={s.frontier!r}: use one of {', '.join(FRONTIER_MODES)}")
+    if s.lr not in LR_RULES:
+        raise AnalysisError(f"lr={s.lr!r}: use one of {', '.join(LR_RULES)}")
+    if s.protocol not in PROTOCOLS:
+        raise AnalysisError(f"protocol={s.protocol!r}: use one of {', '.join(PROTOCOLS)}")
+    if not (s.stall_margin >= 0 and math.isfinite(s.stall_margin)):
+        raise AnalysisError(f"stall_margin must be >= 0 (0: no stall detector), got {s.stall_margin!r}")
+    if s.resample not in INTERVAL_METHODS:
+        raise AnalysisError(f"resample={s.resample!r}: use one of {', '.join(INTERVAL_METHODS)}")
+    if s.compute_unit not in COMPUTE_UNITS:
+        raise AnalysisError(f"compute_unit={s.compute_unit!r}: use one of {', '.join(COMPUTE_UNITS)}")
+    if not 0 < s.level < 1:
+        raise AnalysisError(f"level must be between 0 and 1 (e.g. 0.9 for a 90% interval), got {s.level!r}")
+    if s.n_boot < 0:
+        raise AnalysisError(f"n_boot must be >= 0 (0 skips the bootstrap), got {s.n_boot!r}")
+    if not s.delta > 0:
+        raise AnalysisError(f"delta must be positive, got {s.delta!r}")
