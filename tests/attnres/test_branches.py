@@ -66,7 +66,12 @@ def test_a_branch_from_its_trunk_ends_where_the_branch_from_step_0_ends(tmp_path
 def test_branch_budgets_beyond_the_stable_trunk_are_refused():
     with pytest.raises(ConfigError, match="beyond its stable trunk"):
         expand_runs(load_grid({**GRID, "branches": {"stable": {"tokens": 5000}}}))
+    uncapped = {"decay_frac": 0.2, "max_warmup_frac": None}
+    short_and_long = [{"tokens": 1024}, {"tokens": 60000}]
     with pytest.raises(ConfigError, match="inside the 12-step warm-up it shares"):
-        expand_runs(load_grid({**GRID, "budgets": [{"tokens": 1024}, {"tokens": 60000}]}))
+        expand_runs(load_grid({**GRID, "budgets": short_and_long, "branches": uncapped}))
+    # the default cap (10 % of the shortest branch) keeps the shared warm-up inside every branch
+    runs = expand_runs(load_grid({**GRID, "budgets": short_and_long}))
+    assert {r.cfg.train.warmup_tokens for r in runs} == {round(0.1 * 1024)}
     with pytest.raises(ConfigError, match="branches.decay_frac must be a fraction"):
         load_grid({**GRID, "branches": {"decay_frac": 1.5}})
