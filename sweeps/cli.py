@@ -162,10 +162,26 @@ def _tune_on_slurm(grid, args: argparse.Namespace) -> int:
     return 0
 
 
+def check_counts(args: argparse.Namespace, *names: str) -> None:
+    """Counts given on the command line (--workers, --threads, --trials) must be at least 1: 0 or a negative count
+    would otherwise fall back to a default, or be clamped to 1, without a word."""
+    from attnres.config import ConfigError
+
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name} must be at least 1, got {value}")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    import math
+
+    from attnres.config import ConfigError
     from sweeps.grid import load_grid
     from sweeps.plan import data_summary, format_plan, grid_data, parallelism, plan, tuning_plan
 
+    if args.flops_per_s is not None and not (math.isfinite(args.flops_per_s) and args.flops_per_s > 0):
+        raise ConfigError(f"--flops-per-s must be a positive number of FLOP/s (e.g. 3e10), got {args.flops_per_s:g}")
     grid = load_grid(args.grid, args.overrides)
     rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
     tuning = tuning_plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
@@ -194,6 +210,7 @@ def cmd_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    check_counts(args, "workers", "threads")
     if args.launcher == "slurm":
         from sweeps.launchers import submit_grid
 
@@ -258,6 +275,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from sweeps.grid import load_grid
     from sweeps.tuning import tune
 
+    check_counts(args, "trials", "threads", "workers")
     grid = load_grid(args.grid, args.overrides)
     if args.launcher == "slurm":
         return _tune_on_slurm(grid, args)

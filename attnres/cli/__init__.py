@@ -44,11 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from analysis.errors import AnalysisError
     from attnres.config import ConfigError
 
     try:
         return int(args.func(args) or 0)
-    except ConfigError as err:
+    except (ConfigError, AnalysisError) as err:
         print(f"attnres {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sweeps import expand, load_grid, run_grid
+    from sweeps.cli import check_counts
 
+    check_counts(args, "workers")
     started = time.perf_counter()
     grid = load_grid(args.grid)
     results = Path(args.results)

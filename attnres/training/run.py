@@ -115,7 +115,8 @@ def batch_split(cfg: RunConfig) -> tuple[int, int]:
 
 
 def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
-    """Everything that can fail before compute: the batch split, the tracker, the corpus, the split, the budget."""
+    """Everything that can fail before compute: the budget, the batch split, the tracker, the corpus, the split."""
+    budget = run_budget(cfg)  # first: a typo in the budget is said before a raw corpus is prepared
     batch_split(cfg)
     check_tracker(cfg)
     if cfg.runtime.strategy == "fsdp":
@@ -127,7 +128,7 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
-    return corpus, run_budget(cfg)
+    return corpus, budget
 
 
 def check_memory(cfg: RunConfig) -> None:

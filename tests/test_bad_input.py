@@ -1,0 +1,84 @@
+"""Bad input ends every command with one line on stderr naming the field or file and the fix, exit status 2, before
+any compute, with nothing written (the issue's tracebacks and silently accepted inputs, one case each)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from attnres.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.seq_len=64", "--no-progress"]
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")}
+
+
+def refused(argv: list[str], folder: Path, capsys) -> str:
+    """Run ``attnres ARGV`` in ``folder``; assert exit 2, one line on stderr, nothing new in ``folder``; the line."""
+    before = files_under(folder)
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        code = main(argv)
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (code, err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert files_under(folder) == before, sorted(map(str, files_under(folder) - before))
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["sweep", "run", "smoke", "--workers", "0"], "--workers must be at least 1, got 0"),
+        (["sweep", "run", "smoke", "--workers", "-1"], "--workers must be at least 1, got -1"),
+        (["sweep", "run", "smoke", "--threads", "0"], "--threads must be at least 1"),
+        (["demo", "--grid", "smoke", "--workers", "0"], "--workers must be at least 1"),
+        (["tune", "smoke", "--trials", "0"], "--trials must be at least 1, got 0"),
+        (["sweep", "plan", "smoke", "--flops-per-s", "0"], "--flops-per-s must be a positive number"),
+        (["sweep", "plan", "smoke", "--flops-per-s=-1e9"], "--flops-per-s must be a positive number"),
+        (["sweep", "plan", "smoke", "--flops-per-s", "nan"], "--flops-per-s must be a positive number"),
+        (["train", "--out", "run", "--results", "elsewhere", *TINY], "give one of them"),
+        (["train", "train.tokens=1e30", *TINY], "train.tokens=1e+30, more than 1e+15"),
+        (["train", "train.flops=1e40", *TINY], "train.flops=1e+40 is"),
+        (["data", "prepare", "builtin", "--tokenizer", "bpe:100000000", "--out", "tokens"], "from 260 to 1,048,576"),
+    ],
+)
+def test_a_bad_option_is_one_line_before_anything_is_written(tmp_path, capsys, argv, words):
+    line = refused(argv, tmp_path, capsys)
+    assert words in line, line
+    assert line.startswith(f"attnres {argv[0]}: error: "), line
+
+
+def test_a_grid_saved_as_utf16_is_named_with_the_fix(tmp_path, capsys):
+    grid = tmp_path / "mine.yaml"
+    grid.write_bytes((ROOT / "sweeps" / "smoke.yaml").read_text().encode("utf-16"))
+    for command in (["sweep", "plan"], ["sweep", "run"], ["sweep", "status"], ["tune"]):
+        line = refused([*command, str(grid)], tmp_path, capsys)
+        assert f"{str(grid)!r} is UTF-16 text" in line and "save it as UTF-8" in line, line
+
+
+def test_a_config_file_in_latin1_is_named_too(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_bytes("# r\xe9sum\xe9\nmodel: {n_layer: 2}\n".encode("latin-1"))
+    line = refused(["train", str(config), *TINY], tmp_path, capsys)
+    assert "is not UTF-8 text (byte 3 cannot be read as UTF-8); save it as UTF-8" in line, line
+
+
+@pytest.mark.parametrize("name", ["mine-tune", "mine-trunk"])
+def test_a_grid_named_like_the_sweeps_tuning_and_trunks_write_is_refused_at_load(tmp_path, capsys, name):
+    """`attnres fit` skips <sweep>-tune and <sweep>-trunk: such a grid would train and then vanish from the fit."""
+    text = (ROOT / "sweeps" / "smoke.yaml").read_text()
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("\n".join(f"name: {name}" if line.startswith("name:") else line for line in text.splitlines()))
+    for command in (["sweep", "plan"], ["sweep", "run"]):
+        line = refused([*command, str(grid)], tmp_path, capsys)
+        assert f"{name!r} ends in '-{name.split('-')[1]}'" in line and "rename the grid" in line, line
