@@ -19,7 +19,7 @@ def files_under(folder: Path) -> set[Path]:
 
 
 def refused(argv: list[str], folder: Path, capsys) -> str:
-    """Run ``attnres ARGV`` in ``folder``; assert exit 2, one line on stderr, nothing new in ``folder``; the line."""
+    """Run ``attnres ARGV`` in ``folder``; assert exit 2, one error line, nothing new in ``folder``; the line."""
     before = files_under(folder)
     cwd = os.getcwd()
     os.chdir(folder)
@@ -30,9 +30,10 @@ def refused(argv: list[str], folder: Path, capsys) -> str:
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, (code, err)
-    assert len(lines) == 1 and "Traceback" not in err, err
+    # progress said before the bad input was met (a preparation's finished units) may come first
+    assert [line for line in lines if ": error: " in line] == lines[-1:] and "Traceback" not in err, err
     assert files_under(folder) == before, sorted(map(str, files_under(folder) - before))
-    return lines[0]
+    return lines[-1]
 
 
 @pytest.mark.parametrize(
@@ -82,3 +83,59 @@ def test_a_grid_named_like_the_sweeps_tuning_and_trunks_write_is_refused_at_load
     for command in (["sweep", "plan"], ["sweep", "run"]):
         line = refused([*command, str(grid)], tmp_path, capsys)
         assert f"{name!r} ends in '-{name.split('-')[1]}'" in line and "rename the grid" in line, line
+
+
+# ------------------------------------------------------------------------------------------------- data
+BUILTIN = ROOT / "attnres" / "data" / "builtin"
+
+
+def test_a_file_named_gz_that_is_not_gzip_is_refused_before_a_folder_is_made(tmp_path, capsys):
+    (tmp_path / "notes.txt.gz").write_text("plain text, not gzip\n" * 100)
+    line = refused(["data", "prepare", "notes.txt.gz", "--out", "tokens"], tmp_path, capsys)
+    assert "notes.txt.gz: not a gzip file, though it is named .gz" in line, line
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_truncated_gz_is_one_line_and_leaves_no_folder(tmp_path, capsys, workers):
+    """Found only by reading to the end: the folder the preparation began is removed with the error."""
+    data = (BUILTIN / "kjv.txt.gz").read_bytes()
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("a small first file, whole\n" * 2000)
+    (tmp_path / "corpus" / "b.txt.gz").write_bytes(data[: len(data) // 2])
+    argv = ["data", "prepare", "corpus", "--out", "out/tokens", "--workers", workers, "--unit-mib", "0.01"]
+    line = refused([*argv, "--no-progress"], tmp_path, capsys)
+    assert "b.txt.gz: the gzip stream ends early (a truncated file)" in line, line
+
+
+def test_a_null_row_in_a_parquet_source_is_named(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"document {i}: " + "words and more words\n" * 40 for i in range(300)]
+    texts[123] = None
+    pq.write_table(pa.table({"text": texts}), tmp_path / "docs.parquet")
+    line = refused(["data", "prepare", "docs.parquet", "--out", "tokens", "--no-progress"], tmp_path, capsys)
+    assert "docs.parquet: column 'text' is null in 1 row(s) from row 123 on; drop or fill those rows" in line, line
+
+
+def test_a_tokenizer_written_out_must_match_the_prepared_folder_even_at_its_default(tmp_path, capsys):
+    """data.tokenizer=bytes on a BPE folder: bytes is the default, and was taken as 'not given'."""
+    (tmp_path / "text.txt").write_text("".join(f"line {i} of some text to learn merges from\n" for i in range(4000)))
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                str(tmp_path / "text.txt"),
+                "--tokenizer",
+                "bpe:300",
+                "--out",
+                str(tmp_path / "bpe"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    line = refused(["train", "data.corpus=bpe", "data.tokenizer=bytes", *TINY], tmp_path, capsys)
+    assert "data.tokenizer='bytes', but" in line and "was prepared with 'bpe:300'" in line, line

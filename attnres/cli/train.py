@@ -47,9 +47,13 @@ def run(args: argparse.Namespace) -> int:
             "under; give one of them"
         )
     config, overrides = split_items(args.items)
-    from attnres.data.corpus import with_data_vocab
+    from attnres.config import apply_overrides, load_yaml
+    from attnres.data.corpus import check_given_settings, with_data_vocab
 
-    cfg = with_data_vocab(resolve_run_config(config, overrides))  # the run id counts the data's vocabulary
+    cfg = resolve_run_config(config, overrides)
+    given = apply_overrides(load_yaml(config) if config else {}, overrides).get("data") or {}
+    check_given_settings(cfg.data, list(given))
+    cfg = with_data_vocab(cfg)  # the run id counts the data's vocabulary
     from attnres.training.run import run_dir_for, train
 
     run_dir = Path(args.out) if args.out else run_dir_for(cfg, args.results or "results")
