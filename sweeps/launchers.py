@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from attnres.config import ConfigError
+from attnres.storage.writable import folder_problem
 from sweeps.claim import RunOutcome
 from sweeps.grid import Grid, PlannedRun, expand_runs, load_grid
 from sweeps.local_pool import SweepSummary, run_local
@@ -116,6 +117,10 @@ def submit_grid(
     planned = expand_runs(grid, results_dir)
     check_data(planned)
     check_memory(planned, "slurm")
+    if why := folder_problem(Path(results_dir) / grid.name):  # before a job is submitted to fail in it
+        raise ConfigError(
+            f"cannot write the results folder {Path(results_dir) / grid.name}: {why}; pick another --results"
+        )
     reuse_runs(grid, planned, results_dir, log)
     states = sweep_status(planned, results_dir)
     # not finished, not being trained, and no live SLURM job for it (pending or requeued)

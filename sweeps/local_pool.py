@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from attnres.config import RunConfig, RuntimeConfig, from_dict, to_dict
+from attnres.config import ConfigError, RunConfig, RuntimeConfig, from_dict, to_dict
+from attnres.storage.writable import folder_problem
 from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
 
 LOG_FILE = "train.log"
@@ -223,6 +224,8 @@ def run_local(
             start_steps[i] = (row or {}).get("step") or 0
     skipped = len(outcomes)
     interrupted = False
+    if pending and (why := folder_problem(results / sweep)):  # before the workers, not once per run in their logs
+        raise ConfigError(f"cannot write the results folder {results / sweep}: {why}; pick another --results")
     if pending:
         runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker

@@ -3,7 +3,10 @@ any compute, with nothing written (the issue's tracebacks and silently accepted 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -139,3 +142,93 @@ def test_a_tokenizer_written_out_must_match_the_prepared_folder_even_at_its_defa
     capsys.readouterr()
     line = refused(["train", "data.corpus=bpe", "data.tokenizer=bytes", *TINY], tmp_path, capsys)
     assert "data.tokenizer='bytes', but" in line and "was prepared with 'bpe:300'" in line, line
+
+
+# ------------------------------------------------------------------------------------------------- results
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, options: str):
+    """A tmpfs at ``folder`` (root only: a read-only or a tiny file system, as a user meets them); skips elsewhere."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A read-only folder: chmod for a user (root ignores it), a read-only tmpfs for root."""
+    folder = tmp_path / "ro"
+    if os.geteuid() != 0:
+        folder.mkdir()
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    with mounted_tmpfs(folder, "ro,size=1m") as mounted:
+        yield mounted
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "run", "smoke", "--results", "ro/new"],
+        ["sweep", "run", "smoke", "--results", "ro"],
+        ["demo", "--grid", "smoke", "--results", "ro", "--no-progress"],
+        ["demo", "--grid", "smoke", "--out", "ro/report", "--no-progress"],
+    ],
+)
+def test_a_read_only_results_folder_is_one_line_before_any_training(tmp_path, capsys, read_only, argv):
+    line = refused(argv, tmp_path, capsys)
+    assert "ro" in line and ("read-only file system" in line or "no permission" in line), line
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
+    """ENOSPC names no file; the line says which write it stopped and what to do."""
+    with mounted_tmpfs(tmp_path / "small", "size=64k"):
+        (tmp_path / "small" / "filler").write_bytes(b"\0" * 60_000)
+        argv = ["data", "prepare", str(BUILTIN / "kjv.txt.gz"), "--out", str(tmp_path / "small" / "tokens")]
+        code = main([*argv, "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1, err
+        assert "No space left on device; free some space and run the same command again" in err[0], err
+        assert str(tmp_path / "small" / "tokens") in err[0], err
+
+
+def test_a_run_parquet_column_of_another_type_is_a_problem_not_a_traceback(tmp_path, capsys):
+    """flops saved as text: the run is listed as unreadable by fit and report, never summed as a string."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.synthetic_results import write_synthetic_results
+
+    tree = write_synthetic_results(tmp_path / "results", multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    victim = sorted(tree.root.rglob("run.parquet"))[0]
+    table = pq.read_table(victim)
+    index = table.schema.get_field_index("flops")
+    table = table.set_column(
+        index, pa.field("flops", pa.string()), pa.array([str(v) for v in table["flops"].to_pylist()])
+    )
+    pq.write_table(table, victim)
+    code = main(["fit", str(tree.root), "--n-boot", "20"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in err, err
+    assert "flops is string, not double" in out and "INCOMPLETE" in out, out
+
+
+def test_one_run_in_two_folders_is_named_before_the_fit(tmp_path, capsys):
+    """A sweep folder copied under another name: every run would be fitted twice."""
+    from tests.synthetic_results import write_synthetic_results
+
+    tree = write_synthetic_results(tmp_path / "results", multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    sweep = next(p for p in tree.root.iterdir() if p.is_dir())
+    shutil.copytree(sweep, tree.root / "copy")
+    for command in (["fit", str(tree.root)], ["report", str(tree.root), "--out", str(tmp_path / "report")]):
+        line = refused([*command, "--n-boot", "20"], tmp_path, capsys)
+        assert f"of sweep {sweep.name} is in 2 folders (copy/" in line, line
+        assert "more run(s) are too: it would count more than once; move the copies out" in line, line

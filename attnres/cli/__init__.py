@@ -7,6 +7,7 @@ it runs), and heavy imports happen inside the commands, so ``attnres --help`` st
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -61,10 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as err:
-        if err.filename is None:  # not about a path the user gave: a bug or the machine, keep the traceback
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+        if err.filename is None and not full:  # not about a path or the disk: a bug or the machine, keep the traceback
             raise
-        where = err.filename + (f" -> {err.filename2}" if err.filename2 else "")
-        print(f"attnres {args.command}: error: cannot write or read {where}: {err.strerror}", file=sys.stderr)
+        where = (
+            f" {err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename is not None else ""
+        )
+        fix = "; free some space and run the same command again (finished work is kept)" if full else ""
+        print(f"attnres {args.command}: error: cannot write or read{where}: {err.strerror}{fix}", file=sys.stderr)
         return 2
 
 

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.output import check_output_folder
+    from attnres.config import ConfigError
+    from attnres.storage.writable import folder_problem
     from sweeps import expand, load_grid, run_grid
     from sweeps.cli import check_counts
 
@@ -38,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     results = Path(args.results)
     out = Path(args.out) if args.out else results / f"{grid.name}-report"
     runs = expand(grid)
+    check_output_folder(out, "the report folder")  # both before the training, which takes minutes
+    if why := folder_problem(results / grid.name):
+        raise ConfigError(f"cannot write the results folder {results / grid.name}: {why}; pick another --results")
     print(f"attnres demo: {len(runs)} runs of grid '{grid.name}' ({grid.description}) -> {results / grid.name}")
     summary = run_grid(grid, results, workers=args.workers, progress=not args.no_progress)
     if summary.trained == 0:
