@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import platform
 import subprocess
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -20,6 +22,43 @@ def uses_gpu(runtime: RuntimeConfig) -> bool:
     import torch
 
     return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
+
+
+# Integers that Lightning, torch.distributed and SLURM's launcher read from the environment (rank, world size, job
+# ids); a stray value (an exported test variable, a copied job script) would end in int()'s traceback inside them.
+INTEGER_ENVIRONMENT = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NNODES",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_RESTART_COUNT",
+)
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a rank, world size or SLURM job variable that is not an integer, before Lightning reads it."""
+    from attnres.config import ConfigError
+
+    environ = os.environ if environ is None else environ
+    for name in INTEGER_ENVIRONMENT:
+        value = environ.get(name)
+        if value is not None and not value.strip().isdigit():
+            where = "SLURM sets it in a job" if name.startswith("SLURM_") else "torchrun and SLURM set it"
+            raise ConfigError(
+                f"environment variable {name}={value!r} is not a non-negative integer ({where}); unset it "
+                f"(unset {name}) outside a job, or fix the job script that sets it"
+            )
 
 
 def pin_malloc() -> None:

@@ -35,24 +35,25 @@ def check_data(planned: list[PlannedRun]) -> None:
 
 
 def check_memory(planned: list[PlannedRun], launcher: str) -> None:
-    """With runtime.device_memory_gb set, runs whose estimated peak will not fit fail the sweep before it starts,
-    each named with the setting that would fit (as `attnres sweep plan` shows them)."""
-    if all(r.cfg.runtime.device_memory_gb is None for r in planned):
+    """Runs whose estimated peak will not fit fail the sweep before it starts, each named with the setting that would
+    fit (as `attnres sweep plan` shows them): against runtime.device_memory_gb where it is set, else, for runs on
+    this machine's CPU, against the memory it has available (:func:`attnres.training.memory.fit_problem`)."""
+    if launcher != "local" and all(r.cfg.runtime.device_memory_gb is None for r in planned):
         return
+    from attnres.runtime import uses_gpu
     from attnres.training.memory import fit_problem
     from sweeps.plan import device_of
 
     problems = []
     for run in planned:
         kind, devices = device_of(run, launcher)
-        problem = fit_problem(run.cfg, kind == "gpu", max(1, devices))
+        gpu = kind == "gpu" or (launcher == "local" and uses_gpu(run.cfg.runtime))
+        problem = fit_problem(run.cfg, gpu, max(1, devices))
         if problem:
             problems.append(problem)
     if problems:
-        raise ConfigError(
-            f"{len(problems)} run(s) will not fit in memory (attnres sweep plan shows them all):\n  "
-            + "\n  ".join(problems)
-        )
+        more = f"; and {len(problems) - 1} more run(s) (attnres sweep plan shows them all)" if len(problems) > 1 else ""
+        raise ConfigError(f"will not fit in memory: {problems[0]}{more}")
 
 
 def reuse_runs(grid: Grid, planned: list[PlannedRun], results_dir: str | Path, log: Callable[[str], None]) -> None:

@@ -232,3 +232,46 @@ def test_one_run_in_two_folders_is_named_before_the_fit(tmp_path, capsys):
         line = refused([*command, "--n-boot", "20"], tmp_path, capsys)
         assert f"of sweep {sweep.name} is in 2 folders (copy/" in line, line
         assert "more run(s) are too: it would count more than once; move the copies out" in line, line
+
+
+# ------------------------------------------------------------------------------------------------- the machine
+@pytest.mark.parametrize("name", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "LOCAL_RANK"])
+def test_a_junk_rank_or_slurm_variable_is_named_before_lightning_reads_it(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.setenv(name, "foo")
+    monkeypatch.setenv("SLURM_JOB_NAME", "job")
+    for argv in (["train", *TINY, "train.tokens=4000"], ["sweep", "run", "smoke"], ["demo", "--grid", "smoke"]):
+        line = refused(argv, tmp_path, capsys)
+        assert f"environment variable {name}='foo' is not a non-negative integer" in line, line
+        assert f"unset {name}" in line, line
+
+
+def test_a_model_too_large_for_this_machine_is_refused_before_it_starts(tmp_path, capsys):
+    """No runtime.device_memory_gb on CPU: the machine's available memory is the limit (it was a 12 GB allocation
+    failing after the run had started)."""
+    line = refused(
+        ["train", "model.n_layer=2", "model.d_model=32768", "model.n_head=2", "--no-progress"], tmp_path, capsys
+    )
+    assert "for its weights, gradients and AdamW state alone" in line, line
+    assert "GiB this machine has available (set runtime.device_memory_gb to check another)" in line, line
+
+
+def test_activations_beyond_the_machine_are_simulated_and_the_fitting_setting_named(monkeypatch):
+    """A run whose weights fit but whose activations do not: the simulation finds the micro-batch that fits."""
+    from attnres.config import resolve_run_config
+    from attnres.training import memory
+
+    cfg = resolve_run_config(None, ["model.n_layer=2", "model.d_model=64", "model.n_head=2", "model.seq_len=512"])
+    peak = memory.estimate(cfg, gpu=False).peak
+    monkeypatch.setattr(memory, "available_memory_gib", lambda: 0.6 * peak / memory.GIB)
+    problem = memory.fit_problem(cfg, gpu=False, devices=1)
+    assert problem and "this machine has available" in problem and "set train.micro_batch_size=" in problem, problem
+    monkeypatch.setattr(memory, "available_memory_gib", lambda: 1000.0)
+    assert memory.fit_problem(cfg, gpu=False, devices=1) is None
+
+
+def test_overrides_after_an_option_are_read_as_overrides(tmp_path, capsys):
+    """argparse ends a positional list at the first option: `train --no-progress key=value` was 'unrecognized'."""
+    line = refused(["train", "--no-progress", "train.tokens=1e30", "model.n_layer=2"], tmp_path, capsys)
+    assert "train.tokens=1e+30, more than 1e+15" in line, line
+    line = refused(["sweep", "plan", "smoke", "--launcher", "local", "train.tokens=-3"], tmp_path, capsys)
+    assert "TrainConfig.tokens must be positive, got -3" in line, line

@@ -24,6 +24,9 @@ COMMAND_MODULES = [
 ]
 
 
+TRAINING_COMMANDS = ("train", "tune", "demo")  # with `sweep run` and `sweep throughput`: they start Lightning
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnres",
@@ -44,11 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops a positional list at the first option, so `train --no-progress model.n_layer=2` would call
+    # the override unrecognized: key=value items after an option are the command's items too
+    listed = next((name for name in ("items", "overrides") if isinstance(getattr(args, name, None), list)), None)
+    if extra and listed and all("=" in item and not item.startswith("-") for item in extra):
+        getattr(args, listed).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from analysis.errors import AnalysisError
     from attnres.config import ConfigError
 
     try:
+        if args.command in TRAINING_COMMANDS or getattr(args, "sweep_command", None) in ("run", "throughput"):
+            from attnres.runtime import check_environment
+
+            check_environment()
         return int(args.func(args) or 0)
     except (ConfigError, AnalysisError) as err:
         print(f"attnres {args.command}: error: {err}", file=sys.stderr)

@@ -132,9 +132,8 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
 
 
 def check_memory(cfg: RunConfig) -> None:
-    """With runtime.device_memory_gb set, a run whose estimated peak does not fit is refused (naming what would)."""
-    if cfg.runtime.device_memory_gb is None:
-        return
+    """A run whose estimated peak does not fit runtime.device_memory_gb, or on CPU without it the machine's available
+    memory, is refused (naming what would fit)."""
     from attnres.runtime import uses_gpu
     from attnres.training.memory import fit_problem
 
@@ -186,6 +185,9 @@ def train(
 
     ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
     """
+    from attnres.runtime import check_environment
+
+    check_environment()  # before Lightning reads the ranks
     run_dir = Path(run_dir)
     if why := folder_problem(run_dir):
         raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
