@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import platform
+import signal
 import subprocess
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -22,6 +23,36 @@ def uses_gpu(runtime: RuntimeConfig) -> bool:
     import torch
 
     return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
+
+
+class Terminated(SystemExit):
+    """SIGTERM (or SIGHUP) arrived: raised where the main thread is, so that ``finally`` blocks run (workers stopped,
+    temporary files removed) and the command ends with one line and the conventional status, 128 + the signal.
+
+    A :class:`SystemExit`, not an ``Exception``: no ``except Exception`` on the way (a run's failure handler, Optuna's
+    trial) takes it for a failure."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def raise_on_termination() -> None:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, once: a second one ends the process at once
+    (the default action), for a user who does not want to wait for the cleanup."""
+
+    def handler(signum: int, frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:  # left alone where the caller chose (nohup ignores SIGHUP)
+            signal.signal(sig, handler)
 
 
 # Integers that Lightning, torch.distributed and SLURM's launcher read from the environment (rank, world size, job

@@ -58,7 +58,6 @@ class SweepSummary:
     results: str
     runs: tuple[RunOutcome, ...]
     skipped_done: int = 0  # finished (done or diverged) before this pass started
-    interrupted: bool = False  # the launcher was stopped (Ctrl-C) before the end
     submitted: tuple[str, ...] = field(default_factory=tuple)  # SLURM job ids (SLURM launcher)
 
     @property
@@ -223,7 +222,6 @@ def run_local(
             pending.append(i)
             start_steps[i] = (row or {}).get("step") or 0
     skipped = len(outcomes)
-    interrupted = False
     if pending and (why := folder_problem(results / sweep)):  # before the workers, not once per run in their logs
         raise ConfigError(f"cannot write the results folder {results / sweep}: {why}; pick another --results")
     if pending:
@@ -232,16 +230,14 @@ def run_local(
         launcher = _Launcher(runs, dirs, outcomes, pending, start_steps, log, poll_s)
         launcher.after = _trunks(runs)
         launcher.bar = _progress(launcher.total_steps, launcher.steps_done, sweep, progress)
-        interrupted = launcher.run(workers)
+        launcher.run(workers)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
         if i not in outcomes:
             row = read_status(run_dir) or {}
             outcomes[i] = RunOutcome(
                 cfg.run_id, str(run_dir), "running" if row else "queued", False, row.get("step", 0), row.get("val_loss")
             )
-    return SweepSummary(
-        sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped, interrupted=interrupted
-    )
+    return SweepSummary(sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped)
 
 
 def _trunks(runs: list[RunConfig]) -> dict[int, int]:
@@ -282,8 +278,10 @@ class _Launcher:
         self.restarts = 0
         self.workers = 1
 
-    def run(self, workers: int) -> bool:
-        """Train until every run has an outcome; True if interrupted (Ctrl-C)."""
+    def run(self, workers: int) -> None:
+        """Train until every run has an outcome. Ctrl-C (KeyboardInterrupt) or SIGTERM
+        (:class:`attnres.runtime.Terminated`) stops the workers and goes on up: the command says it in one line, and
+        the runs they were training resume from their checkpoints on the next pass."""
         self.workers = workers
         try:
             self.pool = [self.start_worker() for _ in range(min(workers, len(self.pending)))]
@@ -297,14 +295,10 @@ class _Launcher:
                         self.after.clear()
                     continue
                 self.collect(active)
-        except KeyboardInterrupt:
-            self.log("interrupted: stopping the workers; run the same command again to resume")
-            return True
         finally:
             _stop(self.pool)
             if self.bar is not None:
                 self.bar.close()
-        return False
 
     def start_worker(self) -> _Worker:
         parent, child = self.ctx.Pipe()

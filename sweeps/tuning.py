@@ -21,6 +21,7 @@ optuna, torch and lightning are imported when tuning starts.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -136,6 +137,8 @@ def tune(
     chosen = _chosen_sizes(grid, sizes)
     check_writer(grid.tuned_file(results), grid.name, grid.tune_owner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for handler in optuna.logging.get_logger("optuna").handlers:  # on the handler: the record comes from a child
+        handler.addFilter(_not_interrupted)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     store = storage_for(grid, results, storage)
     threads = threads or available_cores()
@@ -279,6 +282,13 @@ def _confirm_finalists(grid, size, label, name, store, results, threads, tuner, 
         "finalists": [{"lr": float(t.params["lr"]), "val_loss": [float(x) for x in l]} for t, l in scored],
         "seeds": [grid.seeds[0], second],
     }
+
+
+def _not_interrupted(record: logging.LogRecord) -> bool:
+    """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback; the command says it in one line
+    (the trial is not counted, and the same command samples it again)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:

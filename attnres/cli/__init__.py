@@ -45,6 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """What an interrupted command left and how to go on (every command is safe to run again)."""
+    command = args.command if args.command != "sweep" else f"sweep {args.sweep_command}"
+    return {
+        "train": "the run is resumable: the same command resumes it from its last checkpoint",
+        "sweep run": "finished runs are kept; `sweep run` resumes the others from their checkpoints",
+        "demo": "finished runs are kept; the same command resumes the others and goes on to the report",
+        "tune": "finished trials are kept; the same command continues the search",
+        "data": "finished units are kept; the same command resumes the preparation",
+    }.get(command, "nothing was written; run the same command again")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -57,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from analysis.errors import AnalysisError
     from attnres.config import ConfigError
+    from attnres.runtime import Terminated, raise_on_termination
+
+    raise_on_termination()
 
     try:
         if args.command in TRAINING_COMMANDS or getattr(args, "sweep_command", None) in ("run", "throughput"):
@@ -68,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnres {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"attnres {args.command}: interrupted (Ctrl-C); {_resume_hint(args)}", file=sys.stderr)
         return 130
+    except Terminated as err:
+        print(f"attnres {args.command}: stopped by {err.name}; {_resume_hint(args)}", file=sys.stderr)
+        return int(err.code)
     except BrokenPipeError:
         # the reader went away (`attnres fit ... | head`): stop quietly, as Unix tools do, and keep the
         # interpreter's final flush of stdout from raising again

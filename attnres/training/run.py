@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
+import signal
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -233,9 +233,10 @@ def _fit(
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from attnres.model import compile_model
-    from attnres.runtime import pin_malloc, uses_gpu
+    from attnres.runtime import Terminated, pin_malloc, uses_gpu
     from attnres.training.module import LitLM
     from attnres.training.run_log import RunLogger, RunRow
 
@@ -295,11 +296,11 @@ def _fit(
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
                 logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
-            elif trainer.interrupted and trainer.is_global_zero:  # Lightning turns Ctrl-C into a silent exit(1)
-                print(
-                    f"{cfg.run_id}: interrupted at step {trainer.global_step}; the same command resumes it",
-                    file=sys.stderr,
-                )
+            elif isinstance(err, SIGTERMException) and not isinstance(err, Terminated):
+                # Lightning's own SIGTERM handler stops at the next step with a bare exit, status 0: said as what it is
+                raise Terminated(signal.SIGTERM) from None
+            elif trainer.interrupted and not isinstance(err, Terminated):
+                raise KeyboardInterrupt from None  # Lightning turns Ctrl-C into a silent exit(1); the caller says it
             raise
         if lit.diverged:
             status = "diverged"
