@@ -8,6 +8,8 @@ import os
 import platform
 import signal
 import subprocess
+import sys
+import warnings
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import cache
@@ -23,6 +25,22 @@ def uses_gpu(runtime: RuntimeConfig) -> bool:
     import torch
 
     return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
+
+
+def one_line_warnings(prefix: str) -> None:
+    """Print warnings as one line of text, ``<prefix>: warning: <message>``, instead of Python's
+    ``path/to/module.py:76: UserWarning: ...`` and the source line under it: a user reads what is wrong, not where in
+    the code it was noticed. The category is kept where it says something (not for a plain UserWarning)."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 (warnings' signature)
+        text = " ".join(str(message).split())
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        try:
+            (file or sys.stderr).write(f"{prefix}: warning: {text}{kind}\n")
+        except (OSError, ValueError):  # a closed or gone stream: the warning is lost, as Python's own would be
+            pass
+
+    warnings.showwarning = show
 
 
 class Terminated(SystemExit):

@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from attnres.config import ConfigError, RunConfig, RuntimeConfig, from_dict, to_dict
+from attnres.runtime import one_line_warnings
 from attnres.storage.writable import folder_problem
 from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
 
@@ -163,6 +164,7 @@ def _worker(conn: Connection, parent: int) -> None:
     if os.getppid() != parent:  # the launcher died before we could ask
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    one_line_warnings("attnres")  # in the run's train.log
     while True:
         try:
             task = conn.recv()
@@ -443,7 +445,9 @@ def _stop(pool: list[_Worker]) -> None:
 
 
 def _progress(total: int, initial: int, sweep: str, enabled: bool):
-    if not enabled:
+    """The sweep's bar, on a terminal only: redirected to a file, a bar is thousands of carriage-return updates (4,106
+    in one demo's log), so a log gets one plain line per finished run instead."""
+    if not enabled or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 

@@ -69,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from analysis.errors import AnalysisError
     from attnres.config import ConfigError
-    from attnres.runtime import Terminated, raise_on_termination
+    from attnres.runtime import Terminated, one_line_warnings, raise_on_termination
 
     raise_on_termination()
+    one_line_warnings(f"attnres {args.command}")
 
     try:
         if args.command in TRAINING_COMMANDS or getattr(args, "sweep_command", None) in ("run", "throughput"):

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -173,6 +174,12 @@ def _quiet_lightning(cfg: RunConfig | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*self.log\\('val_loss', \\.\\.\\., sync_dist=True\\).*")
 
 
+def progress_bar(wanted: bool) -> bool:
+    """Lightning's bar where it is wanted and stderr is a terminal; in a log (redirected output, a batch job) the
+    run writes a plain line per train.log_interval instead (:class:`attnres.training.run_log.RunLogger`)."""
+    return bool(wanted) and sys.stderr.isatty()
+
+
 def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
     """Where a run lives in a results tree: ``RESULTS/<sweep>/<run_id>``."""
     return Path(results) / cfg.sweep / cfg.run_id
@@ -284,7 +291,7 @@ def _fit(
         logger=build_tracker(cfg, run_dir),
         log_every_n_steps=cfg.train.log_interval * accumulate,  # counted in micro-batches, like val_check_interval
         callbacks=[logger, *callbacks, checkpoints, *kept],
-        enable_progress_bar=rt.progress_bar if progress is None else progress,
+        enable_progress_bar=progress_bar(rt.progress_bar if progress is None else progress),
         enable_model_summary=False,
         default_root_dir=run_dir / schema.CHECKPOINT_DIR,
     )
