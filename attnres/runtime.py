@@ -9,8 +9,10 @@ import platform
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -25,6 +27,89 @@ def uses_gpu(runtime: RuntimeConfig) -> bool:
     import torch
 
     return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity: a SLURM allocation or taskset, not the whole machine)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def busy_cores(seconds: float = 0.3) -> float | None:
+    """Of the cores this process may use, how many are busy with other work over the next ``seconds``, from the
+    kernel's per-core time counters (/proc/stat; None elsewhere). The load average lags a minute behind a process that
+    has just started, and counts the whole machine, where a SLURM allocation or taskset gives a few of its cores."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+    def counters() -> dict[str, tuple[int, int]]:
+        out = {}
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *values = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and (allowed is None or int(name[3:]) in allowed):
+                fields = [int(v) for v in values]
+                out[name] = (sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0))  # all, idle + iowait
+        return out
+
+    try:
+        before = counters()
+        time.sleep(seconds)
+        after = counters()
+    except (OSError, ValueError, IndexError):
+        return None
+    if not after:
+        return None
+    return sum(1 - (after[c][1] - before[c][1]) / max(1, after[c][0] - before[c][0]) for c in after if c in before)
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """What the CPU can give new work now: its cores, and the load other work puts on them: the larger of the 1-minute
+    load average (processes running or waiting for a core; only where these cores are the whole machine) and the
+    cores busy over a short sample (:func:`busy_cores`)."""
+
+    cores: int
+    load: float
+
+    @classmethod
+    def now(cls) -> CpuShare:
+        cores = cpu_cores()
+        sampled = busy_cores()
+        # the load average is the whole machine's: it speaks for these cores only when they are the whole machine
+        whole = cores == (os.cpu_count() or cores) and hasattr(os, "getloadavg")
+        average = os.getloadavg()[0] if whole else 0.0
+        return cls(cores, max(average, sampled or 0.0))
+
+    @property
+    def free(self) -> int:
+        """Cores nothing else uses, rounded: a little background noise (load 0.3) keeps a core free."""
+        return max(0, min(self.cores, self.cores - round(self.load)))
+
+    @property
+    def busy(self) -> bool:
+        return self.free < self.cores
+
+    def threads(self, workers: int) -> int:
+        """Torch threads for each of ``workers`` processes: the free cores shared out, at least one. More threads than
+        free cores do not add speed: they wait for the cores other work holds, and OpenMP threads spin while they
+        wait (a demo took 1 h 38 min beside a 2-process sweep with 2 threads per worker, 6.5 min alone)."""
+        return max(1, self.free // max(1, workers))
+
+    def workers_for(self, runs: int, most: int = 4) -> int:
+        """Worker processes for ``runs`` small runs: one per free core (at least one, at most ``most``); tiny models
+        gain more from running side by side than from more threads each."""
+        return max(1, min(self.free, runs, most))
+
+    def note(self, workers: int, threads: int) -> str | None:
+        """One line when the machine is busy: what this pass will use, and that it is slower (None when idle)."""
+        if not self.busy:
+            return None
+        return (
+            f"this machine is busy (load {self.load:.1f} on {self.cores} core(s), {self.free} free): {workers} "
+            f"worker(s) x {threads} thread(s), and training will take longer than on an idle machine; --workers and "
+            "--threads choose otherwise"
+        )
 
 
 def one_line_warnings(prefix: str) -> None:

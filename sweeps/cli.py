@@ -62,7 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _grid_arguments(run)
     _launcher_argument(run, "local worker processes, or SLURM via submitit (default: local)")
     run.add_argument("--workers", type=int, default=1, help="local: runs trained at the same time (default: 1)")
-    run.add_argument("--threads", type=int, help="local: torch threads per worker (default: CPU cores // workers)")
+    run.add_argument(
+        "--threads", type=int, help="local: torch threads per worker (default: the free CPU cores // workers)"
+    )
     run.add_argument(
         "--no-progress", action="store_true", help="local: one line per finished run instead of a progress bar"
     )
@@ -116,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Optuna storage: an RDB URL (postgresql://..., sqlite:///...) or a journal file "
         "(default: RESULTS/<sweep>-tune/optuna.journal)",
     )
-    tune.add_argument("--threads", type=int, help="torch threads (default: all CPU cores; SLURM: the grid's cpus)")
+    tune.add_argument("--threads", type=int, help="torch threads (default: the free CPU cores; SLURM: the grid's cpus)")
     _launcher_argument(
         tune, "local: tune here; slurm: --workers tuners as a job array sharing the storage (default: local)"
     )
@@ -193,6 +195,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     parallel = parallelism(grid, args.launcher, len(rows))
     data = [data_summary(c) for c in sorted(grid_data(grid), key=str)]
     print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning, data=data))
+    unfinished = any(r.status not in ("done", "diverged", "reuse") for r in rows)
+    if args.launcher == "local" and args.flops_per_s is None and unfinished:
+        from attnres.runtime import CpuShare
+
+        share = CpuShare.now()
+        if share.busy:
+            print(
+                f"note: this machine is busy now (load {share.load:.1f} on {share.cores} core(s)): the estimate is for "
+                "an idle machine, and runs started now take longer"
+            )
     return 0
 
 

@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from attnres.config import ConfigError, RunConfig, RuntimeConfig, from_dict, to_dict
-from attnres.runtime import one_line_warnings
+from attnres.runtime import CpuShare, cpu_cores, one_line_warnings
 from attnres.storage.writable import folder_problem
 from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
 
@@ -40,10 +40,7 @@ LOG_FILE = "train.log"
 
 
 def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return cpu_cores()
 
 
 def with_runtime(cfg: RunConfig, **runtime: object) -> RunConfig:
@@ -202,8 +199,9 @@ def run_local(
 ) -> SweepSummary:
     """Train every run that is not finished, with ``workers`` processes; return what happened.
 
-    ``threads``: torch threads per worker (default: cores // workers). Runs that are done or diverged are
-    skipped; interrupted ones resume from their checkpoint; failed ones are tried again.
+    ``threads``: torch threads per worker (default: the free cores // workers, :class:`attnres.runtime.CpuShare`; a
+    busy machine is said in one line). Runs that are done or diverged are skipped; interrupted ones resume from their
+    checkpoint; failed ones are tried again.
     """
     from attnres.kernels import cpu as cpu_kernels
     from attnres.training.run import run_dir_for
@@ -211,7 +209,8 @@ def run_local(
     results = Path(results)
     sweep = sweep or (runs[0].sweep if runs else "sweep")
     workers = max(1, int(workers))
-    threads = threads or max(1, available_cores() // workers)
+    share = CpuShare.now()
+    chosen, threads = threads is not None, threads or share.threads(workers)
     dirs = [run_dir_for(cfg, results) for cfg in runs]
     outcomes: dict[int, RunOutcome] = {}
     pending: deque[int] = deque()
@@ -226,6 +225,8 @@ def run_local(
     skipped = len(outcomes)
     if pending and (why := folder_problem(results / sweep)):  # before the workers, not once per run in their logs
         raise ConfigError(f"cannot write the results folder {results / sweep}: {why}; pick another --results")
+    if pending and not chosen and (note := share.note(min(workers, len(pending)), threads)):
+        log(f"attnres sweep: {note}")
     if pending:
         runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker

@@ -127,7 +127,7 @@ def tune(
     """
     import optuna
 
-    from sweeps.local_pool import available_cores
+    from attnres.runtime import CpuShare
 
     spec = grid.tune
     if spec.budget is None:
@@ -141,7 +141,11 @@ def tune(
         handler.addFilter(_not_interrupted)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     store = storage_for(grid, results, storage)
-    threads = threads or available_cores()
+    if threads is None:  # the free cores: on a busy machine more threads only wait, and spin (attnres.runtime)
+        share = CpuShare.now()
+        threads = share.threads(1)
+        if note := share.note(1, threads):
+            log(f"attnres tune: {note}")
     best: dict[tuple[str, str], dict[str, Any]] = {}
     trials_dir = Path(results) / grid.tune_sweep
     tuner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # unique even if a dead pid is reused
