@@ -90,7 +90,7 @@ def test_train_stopped_part_way_exits_with_the_signal_and_leaves_the_run_resumab
     ), lines
     assert "Traceback" not in "\n".join(lines), lines
     state = folder_state(run, "L2-d32", "baseline", None)
-    assert state.state == "interrupted" and "resumes on the next" in state.detail, state
+    assert state.state == "interrupted" and "resumes from last.ckpt on the next `sweep run`" in state.detail, state
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,8 @@ from attnres.data.corpus import (
 from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
-from attnres.training.branches import BRANCH_START, branch_start, check_branch, keep_steps
+from attnres.training.branches import branch_start, check_branch, keep_steps
+from attnres.training.checkpoints import resume_checkpoint, verified_checkpoint_io
 from attnres.training.trackers import build_tracker, check_tracker
 
 
@@ -144,13 +145,10 @@ def check_memory(cfg: RunConfig) -> None:
 
 
 def latest_checkpoint(run_dir: Path) -> str | None:
-    """The newest resumable checkpoint: Lightning's last.ckpt or a SLURM pre-emption (hpc) checkpoint."""
-    folder = run_dir / schema.CHECKPOINT_DIR
-    candidates = [p for p in folder.glob("*.ckpt") if p.name == "last.ckpt" or p.name.startswith("hpc_ckpt")]
-    if candidates:
-        return str(max(candidates, key=lambda p: p.stat().st_mtime))
-    start = folder / BRANCH_START  # a WSD branch's first checkpoint, from its trunk (attnres.training.branches)
-    return str(start) if start.is_file() else None
+    """The checkpoint to resume from: the newest of Lightning's last.ckpt and a SLURM pre-emption (hpc) checkpoint,
+    else a kept step's, else a WSD branch's start (attnres.training.branches); a damaged one is set aside with one
+    line and the next one used (:func:`attnres.training.checkpoints.resume_checkpoint`). None: from step 0."""
+    return resume_checkpoint(Path(run_dir))
 
 
 SRUN_HINT = ".*The `srun` command is available on your system but is not used.*"
@@ -265,7 +263,8 @@ def _fit(
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
     run_row = RunRow(cfg, budget, device=device, precision=precision, bytes_per_token=per_token)
     logger = RunLogger(run_dir, run_row)
-    # One checkpoint, last.ckpt, rewritten (atomically, by Lightning) after every evaluation.
+    # One checkpoint, last.ckpt, rewritten after every evaluation: written beside it, verified, then renamed over it
+    # (VerifiedCheckpointIO), so a full disk leaves the previous one whole.
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / schema.CHECKPOINT_DIR,
         filename="last",
@@ -294,6 +293,7 @@ def _fit(
         enable_progress_bar=progress_bar(rt.progress_bar if progress is None else progress),
         enable_model_summary=False,
         default_root_dir=run_dir / schema.CHECKPOINT_DIR,
+        plugins=[verified_checkpoint_io()],
     )
     if trainer.is_global_zero and not (run_dir / schema.RUN_FILE).exists():
         run_row.write(run_dir, status="running")
