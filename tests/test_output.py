@@ -89,3 +89,32 @@ def test_warnings_print_as_one_line(capsys):
         "attnres x: warning: two lines",
         "attnres x: warning: numbers went wrong (RuntimeWarning)",
     ]
+
+
+def test_an_unreliable_interval_is_never_shown_without_its_mark(tmp_path):
+    """Four budgets: the bootstrap over budgets is not calibrated (analysis.multiplier.MIN_BUDGETS), and the scaling
+    figure's box and the report's headline table showed "1.02 [1, 1.03]" bare."""
+    import numpy as np
+
+    import analysis
+    import reports
+
+    tree = write_synthetic_results(
+        tmp_path / "results",
+        sweep="few",
+        multipliers={"baseline": 1.0, "block": 1.2},
+        budgets=np.geomspace(1e15, 1e18, 4),
+        noise=0.002,
+        tables=False,
+    )
+    results = analysis.load_results(tree.root, tables=())
+    fit = analysis.fit_results(results, n_boot=50)
+    (m,) = fit.sweep("few").multipliers
+    assert not m.reliable, m.why
+    fig = reports.plot_scaling_curves(fit, "few", runs=results.runs)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    line = next(line for text in texts for line in text.splitlines() if ": M = " in line)
+    assert line.endswith("(unreliable)"), texts
+    summary = reports.build_report(results, tmp_path / "report", formats=("png",), html=False, n_boot=50)
+    table = [row for row in summary.report_md.read_text().splitlines() if row.startswith("| few |")]
+    assert table and "(unreliable)" in table[0], table
