@@ -175,6 +175,19 @@ def check_counts(args: argparse.Namespace, *names: str) -> None:
             raise ConfigError(f"--{name} must be at least 1, got {value}")
 
 
+def check_given_data(grid, overrides: list[str]) -> None:
+    """data.* overrides written on the command line are checked against a prepared folder even at their defaults
+    (``data.tokenizer=bytes`` on a BPE folder would otherwise train on its BPE tokens without a word)."""
+    from attnres.config import apply_overrides
+    from attnres.data.corpus import check_given_settings
+    from sweeps.plan import grid_data
+
+    given = apply_overrides({}, list(overrides)).get("data") or {}
+    if given:
+        for data in grid_data(grid):
+            check_given_settings(data, list(given))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     import math
 
@@ -185,6 +198,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.flops_per_s is not None and not (math.isfinite(args.flops_per_s) and args.flops_per_s > 0):
         raise ConfigError(f"--flops-per-s must be a positive number of FLOP/s (e.g. 3e10), got {args.flops_per_s:g}")
     grid = load_grid(args.grid, args.overrides)
+    check_given_data(grid, args.overrides)
     rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
     tuning = tuning_plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
     print(
@@ -222,13 +236,15 @@ def cmd_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from sweeps.grid import load_grid
+
     check_counts(args, "workers", "threads")
+    grid = load_grid(args.grid, args.overrides)  # loaded once: the launchers take the Grid
+    check_given_data(grid, args.overrides)
     if args.launcher == "slurm":
         from sweeps.launchers import submit_grid
 
-        summary = submit_grid(
-            args.grid, args.results, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout, overrides=args.overrides
-        )
+        summary = submit_grid(grid, args.results, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout)
         if args.wait:
             print(summary.line())
             _print_problems(summary)
@@ -236,14 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from sweeps.launchers import run_grid
 
-    summary = run_grid(
-        args.grid,
-        args.results,
-        workers=args.workers,
-        progress=not args.no_progress,
-        threads=args.threads,
-        overrides=args.overrides,
-    )
+    summary = run_grid(grid, args.results, workers=args.workers, progress=not args.no_progress, threads=args.threads)
     print(summary.line())
     _print_problems(summary)
     return 0 if summary.ok else 1

@@ -275,3 +275,13 @@ def test_overrides_after_an_option_are_read_as_overrides(tmp_path, capsys):
     assert "train.tokens=1e+30, more than 1e+15" in line, line
     line = refused(["sweep", "plan", "smoke", "--launcher", "local", "train.tokens=-3"], tmp_path, capsys)
     assert "TrainConfig.tokens must be positive, got -3" in line, line
+
+
+def test_a_tokenizer_written_out_for_a_sweep_must_match_the_prepared_folder(tmp_path, capsys):
+    (tmp_path / "text.txt").write_text("".join(f"line {i} of some text to learn merges from\n" for i in range(4000)))
+    argv = ["data", "prepare", str(tmp_path / "text.txt"), "--tokenizer", "bpe:300", "--out", str(tmp_path / "bpe")]
+    assert main([*argv, "--no-progress"]) == 0
+    capsys.readouterr()
+    for command in (["sweep", "plan"], ["sweep", "run"]):
+        line = refused([*command, "smoke", "data.corpus=bpe", "data.tokenizer=bytes"], tmp_path, capsys)
+        assert "data.tokenizer='bytes', but" in line and "was prepared with 'bpe:300'" in line, line
