@@ -640,8 +640,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        # an editor's "Unicode" is often UTF-16 (it starts with a byte-order mark); YAML files here are UTF-8
+        saved_as = "UTF-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "not UTF-8"
+        raise ConfigError(
+            f"config file {str(path)!r} is {saved_as} text (byte {err.start:,} cannot be read as UTF-8); save it as "
+            "UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
     if not isinstance(data, dict):

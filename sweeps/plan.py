@@ -70,6 +70,7 @@ class PlanRow:
     epochs: float | None = None  # passes over the training split (None: the data is not prepared yet)
     memory_gib: float | None = None  # estimated peak per device (None: runtime.device_memory_gb is not set)
     memory_problem: str | None = None  # why the run will not fit and what would (None: it fits)
+    device: str = "cpu"  # cpu | gpu: the kind of device the estimate is for
 
 
 def eval_flops(run: PlannedRun) -> float:
@@ -285,6 +286,7 @@ def plan_rows(
                 None if (n := data[cfg.data].train_tokens) is None else budget.tokens / n,
                 memory_gib,
                 memory_problem,
+                kind,
             )
         )
     return rows
@@ -297,7 +299,35 @@ def human_time(seconds: float) -> str:
         return f"{seconds / 60:.0f}m"
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+    if seconds < 2 * YEAR_S:
+        return f"{seconds / 86400:,.1f}d"
+    return f"{seconds / YEAR_S:,.0f} years"
+
+
+YEAR_S = 365.25 * 86400
+# What the default throughputs are, said wherever a plan uses one: neither is measured on the machine planned for.
+DEFAULT_SOURCE = {
+    "cpu": "fitted to the committed CPU study's runs on an idle 2-core machine",
+    "gpu": "an A100/H100-class guess, never measured on this project's runs",
+}
+
+
+def throughput_text(rows: list[PlanRow], launcher: str) -> str:
+    """The throughput behind the estimates: measured (calibrated), given, or which defaults, with their figures."""
+    sources = sorted({r.rate_source for r in rows})
+    text = f"throughput: {'/'.join(sources)}"
+    kinds = sorted({r.device for r in rows if r.rate_source == "default"})
+    if not kinds:
+        return text + "; see --flops-per-s"
+    figures = {
+        "cpu": f"{DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s and {1e3 * STEP_OVERHEAD_S['cpu']:.3g} ms a step per CPU run",
+        "gpu": f"{DEFAULT_FLOPS_PER_S['gpu']:.2g} FLOP/s per GPU",
+    }
+    assumed = "; ".join(f"{figures[k]} ({DEFAULT_SOURCE[k]})" for k in kinds)
+    return (
+        f"{text}; the defaults are not measured here: {assumed}; once a few runs have finished the plan uses their "
+        "speed, or give --flops-per-s"
+    )
 
 
 def human_count(value: float) -> str:
@@ -345,19 +375,20 @@ def format_plan(
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged", "reuse"))
-    sources = sorted({r.rate_source for r in rows})
     wall = total_s / max(1, parallel) + (SWEEP_OVERHEAD_S if launcher == "local" and total_s else 0.0)
-    how = "one after another on this machine's CPU" if launcher == "local" else f"up to {parallel} at a time"
+    on_cpu = all(r.device == "cpu" for r in rows)
+    here = "this machine's CPU" if on_cpu else "this machine"
+    how = f"one after another on {here}" if launcher == "local" else f"up to {parallel} at a time"
     lines.append(
         f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
-        f"for the unfinished runs ({how}; throughput: {'/'.join(sources)}"
-        + (
-            f", {DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s and {1e3 * STEP_OVERHEAD_S['cpu']:.3g} ms per step per CPU run"
-            if "default" in sources and launcher == "local"
-            else ""
-        )
-        + "; see --flops-per-s)"
+        f"for the unfinished runs ({how}; {throughput_text(rows, launcher)})"
     )
+    gpus = int((grid.slurm or {}).get("gpus_per_node") or 0)
+    if launcher == "local" and on_cpu and gpus:
+        lines.append(
+            f"note: this grid asks SLURM for {gpus} GPU(s) per node (slurm.gpus_per_node): it is sized for a cluster, "
+            "not this CPU; plan it with --launcher slurm"
+        )
     for summary in data or ():
         lines.append(summary.line())
     if memory:

@@ -21,6 +21,7 @@ optuna, torch and lightning are imported when tuning starts.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -156,7 +157,7 @@ def tune(
     """
     import optuna
 
-    from sweeps.local_pool import available_cores
+    from attnres.runtime import CpuShare
 
     spec = grid.tune
     if spec.budget is None:
@@ -166,9 +167,15 @@ def tune(
     chosen = _chosen_sizes(grid, sizes)
     check_writer(grid.tuned_file(results), grid.name, grid.tune_owner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for handler in optuna.logging.get_logger("optuna").handlers:  # on the handler: the record comes from a child
+        handler.addFilter(_not_interrupted)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     store = storage_for(grid, results, storage)
-    threads = threads or available_cores()
+    if threads is None:  # the free cores: on a busy machine more threads only wait, and spin (attnres.runtime)
+        share = CpuShare.now()
+        threads = share.threads(1)
+        if note := share.note(1, threads):
+            log(f"attnres tune: {note}")
     best: dict[tuple[str, str], dict[str, Any]] = {}
     trials_dir = Path(results) / grid.tune_sweep
     tuner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # unique even if a dead pid is reused
@@ -323,6 +330,13 @@ def pick_finalists(trials: list[Any], count: int, spacing: float) -> list[Any]:
         if len(chosen) == count:
             break
     return chosen
+
+
+def _not_interrupted(record: logging.LogRecord) -> bool:
+    """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback; the command says it in one line
+    (the trial is not counted, and the same command samples it again)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:

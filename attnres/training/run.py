@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,8 @@ from attnres.data.corpus import (
 from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
-from attnres.training.branches import BRANCH_START, branch_start, check_branch, keep_steps
+from attnres.training.branches import branch_start, check_branch, keep_steps
+from attnres.training.checkpoints import resume_checkpoint, verified_checkpoint_io
 from attnres.training.trackers import build_tracker, check_tracker
 
 
@@ -115,7 +117,8 @@ def batch_split(cfg: RunConfig) -> tuple[int, int]:
 
 
 def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
-    """Everything that can fail before compute: the batch split, the tracker, the corpus, the split, the budget."""
+    """Everything that can fail before compute: the budget, the batch split, the tracker, the corpus, the split."""
+    budget = run_budget(cfg)  # first: a typo in the budget is said before a raw corpus is prepared
     batch_split(cfg)
     check_tracker(cfg)
     if cfg.runtime.strategy == "fsdp":
@@ -127,13 +130,12 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
-    return corpus, run_budget(cfg)
+    return corpus, budget
 
 
 def check_memory(cfg: RunConfig) -> None:
-    """With runtime.device_memory_gb set, a run whose estimated peak does not fit is refused (naming what would)."""
-    if cfg.runtime.device_memory_gb is None:
-        return
+    """A run whose estimated peak does not fit runtime.device_memory_gb, or on CPU without it the machine's available
+    memory, is refused (naming what would fit)."""
     from attnres.runtime import uses_gpu
     from attnres.training.memory import fit_problem
 
@@ -143,13 +145,10 @@ def check_memory(cfg: RunConfig) -> None:
 
 
 def latest_checkpoint(run_dir: Path) -> str | None:
-    """The newest resumable checkpoint: Lightning's last.ckpt or a SLURM pre-emption (hpc) checkpoint."""
-    folder = run_dir / schema.CHECKPOINT_DIR
-    candidates = [p for p in folder.glob("*.ckpt") if p.name == "last.ckpt" or p.name.startswith("hpc_ckpt")]
-    if candidates:
-        return str(max(candidates, key=lambda p: p.stat().st_mtime))
-    start = folder / BRANCH_START  # a WSD branch's first checkpoint, from its trunk (attnres.training.branches)
-    return str(start) if start.is_file() else None
+    """The checkpoint to resume from: the newest of Lightning's last.ckpt and a SLURM pre-emption (hpc) checkpoint,
+    else a kept step's, else a WSD branch's start (attnres.training.branches); a damaged one is set aside with one
+    line and the next one used (:func:`attnres.training.checkpoints.resume_checkpoint`). None: from step 0."""
+    return resume_checkpoint(Path(run_dir))
 
 
 SRUN_HINT = ".*The `srun` command is available on your system but is not used.*"
@@ -173,6 +172,12 @@ def _quiet_lightning(cfg: RunConfig | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*self.log\\('val_loss', \\.\\.\\., sync_dist=True\\).*")
 
 
+def progress_bar(wanted: bool) -> bool:
+    """Lightning's bar where it is wanted and stderr is a terminal; in a log (redirected output, a batch job) the
+    run writes a plain line per train.log_interval instead (:class:`attnres.training.run_log.RunLogger`)."""
+    return bool(wanted) and sys.stderr.isatty()
+
+
 def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
     """Where a run lives in a results tree: ``RESULTS/<sweep>/<run_id>``."""
     return Path(results) / cfg.sweep / cfg.run_id
@@ -185,6 +190,9 @@ def train(
 
     ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
     """
+    from attnres.runtime import check_environment
+
+    check_environment()  # before Lightning reads the ranks
     run_dir = Path(run_dir)
     if why := folder_problem(run_dir):
         raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
@@ -230,9 +238,10 @@ def _fit(
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from attnres.model import compile_model
-    from attnres.runtime import pin_malloc, uses_gpu
+    from attnres.runtime import Terminated, pin_malloc, uses_gpu
     from attnres.training.module import LitLM
     from attnres.training.run_log import RunLogger, RunRow
 
@@ -254,7 +263,8 @@ def _fit(
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
     run_row = RunRow(cfg, budget, device=device, precision=precision, bytes_per_token=per_token)
     logger = RunLogger(run_dir, run_row)
-    # One checkpoint, last.ckpt, rewritten (atomically, by Lightning) after every evaluation.
+    # One checkpoint, last.ckpt, rewritten after every evaluation: written beside it, verified, then renamed over it
+    # (VerifiedCheckpointIO), so a full disk leaves the previous one whole.
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / schema.CHECKPOINT_DIR,
         filename="last",
@@ -280,9 +290,10 @@ def _fit(
         logger=build_tracker(cfg, run_dir),
         log_every_n_steps=cfg.train.log_interval * accumulate,  # counted in micro-batches, like val_check_interval
         callbacks=[logger, *callbacks, checkpoints, *kept],
-        enable_progress_bar=rt.progress_bar if progress is None else progress,
+        enable_progress_bar=progress_bar(rt.progress_bar if progress is None else progress),
         enable_model_summary=False,
         default_root_dir=run_dir / schema.CHECKPOINT_DIR,
+        plugins=[verified_checkpoint_io()],
     )
     if trainer.is_global_zero and not (run_dir / schema.RUN_FILE).exists():
         run_row.write(run_dir, status="running")
@@ -292,11 +303,11 @@ def _fit(
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
                 logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
-            elif trainer.interrupted and trainer.is_global_zero:  # Lightning turns Ctrl-C into a silent exit(1)
-                print(
-                    f"{cfg.run_id}: interrupted at step {trainer.global_step}; the same command resumes it",
-                    file=sys.stderr,
-                )
+            elif isinstance(err, SIGTERMException) and not isinstance(err, Terminated):
+                # Lightning's own SIGTERM handler stops at the next step with a bare exit, status 0: said as what it is
+                raise Terminated(signal.SIGTERM) from None
+            elif trainer.interrupted and not isinstance(err, Terminated):
+                raise KeyboardInterrupt from None  # Lightning turns Ctrl-C into a silent exit(1); the caller says it
             raise
         if lit.diverged:
             status = "diverged"
