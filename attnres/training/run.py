@@ -118,11 +118,6 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     """Everything that can fail before compute: the batch split, the tracker, the corpus, the split, the budget."""
     batch_split(cfg)
     check_tracker(cfg)
-    if cfg.runtime.strategy == "fsdp":
-        from attnres.runtime import uses_gpu
-
-        if not uses_gpu(cfg.runtime):
-            raise ConfigError("runtime.strategy=fsdp needs GPUs and none is visible here; use ddp on CPU")
     check_memory(cfg)
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
@@ -234,6 +229,7 @@ def _fit(
     from attnres.model import compile_model
     from attnres.runtime import pin_malloc, uses_gpu
     from attnres.training.module import LitLM
+    from attnres.training.parallel import build_strategy
     from attnres.training.run_log import RunLogger, RunRow
 
     _quiet_lightning(cfg)
@@ -268,7 +264,8 @@ def _fit(
         accelerator="gpu" if gpu else "cpu",
         devices=rt.devices,
         num_nodes=rt.num_nodes,
-        strategy=_strategy(cfg, gpu) if world > 1 else "auto",
+        strategy=build_strategy(cfg) if world > 1 else "auto",
+        use_distributed_sampler=False,  # LitLM.val_dataloader splits the windows itself, without counting copies
         precision=precision,
         max_steps=budget.steps,
         max_epochs=1,  # the training stream is one pass of exactly max_steps batches
@@ -308,25 +305,6 @@ def _fit(
     finally:
         _end_process_group()
     return RunResult(run_dir, status, trainer.global_step, logger.last["val_loss"], trained=True)
-
-
-def _strategy(cfg: RunConfig, gpu: bool) -> Any:
-    """DDP, or FSDP with one unit per transformer block: the embedding, the depth mixer's pseudo-queries and key
-    gains (shared by every sublayer's depth attention, read before and after the blocks) and the head stay in the
-    root unit, gathered whole for each forward. ``use_orig_params`` keeps parameter names, so weight decay groups
-    and the diagnostics see the same parameters as under DDP. Checkpoints are full state dicts: a run resumes on
-    another world size, or under DDP."""
-    if cfg.runtime.strategy == "ddp":
-        return "ddp"
-    if not gpu:
-        raise ConfigError(
-            "runtime.strategy=fsdp needs GPUs (Lightning's FSDP strategy does not run on CPU); use ddp on CPU"
-        )
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    from attnres.model import Block
-
-    return FSDPStrategy(auto_wrap_policy={Block}, use_orig_params=True, state_dict_type="full")
 
 
 def _end_process_group() -> None:

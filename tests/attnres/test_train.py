@@ -369,7 +369,7 @@ def test_help_lists_every_field():
         (["data.tokenizer=bpe:7"], ["tokenizer 'bpe:7'", "bpe:8192"]),
         (["model.vocab_size=300"], ["model.vocab_size=300", "vocabulary is 256"]),
         (["runtime.strategy=fsdp"], ["runtime.strategy=fsdp shards over several devices"]),
-        (["runtime.strategy=fsdp", "runtime.devices=2", "runtime.accelerator=cpu"], ["fsdp needs GPUs"]),
+        (["runtime.process_group_timeout_s=0"], ["process_group_timeout_s must be positive"]),
     ],
 )
 def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
