@@ -41,6 +41,16 @@ def rank_windows(windows: np.ndarray, rank: int, world: int) -> tuple[np.ndarray
     return windows[np.where(counted, index, 0)], counted
 
 
+COMPILED_PREFIX = "_orig_mod."
+
+
+def eager_names(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A state dict with the names of the eager model: ``torch.compile(model)`` (how runtime.compile compiled the
+    baseline before it compiled in place) put ``_orig_mod.`` into every name, and such a checkpoint must resume
+    whatever runtime.compile says now."""
+    return {name.replace(COMPILED_PREFIX, ""): value for name, value in state_dict.items()}
+
+
 def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> LRScheduler:
     """Linear warm-up, then cosine decay to ``min_lr_ratio * lr`` (the paper's), warm-up, stable, linear decay
     (WSD), or warm-up and the peak rate to the end (constant: a WSD trunk).
@@ -256,14 +266,21 @@ class LitLM(L.LightningModule):
         runs it (under FSDP the forward gathers parameters from all ranks); rank 0 writes what it records."""
         windows = torch.from_numpy(self.val_windows()[:DIAGNOSTIC_WINDOWS]).to(self.device)
         recorder = Recorder()
-        # uncompiled (runtime.compile wraps the baseline whole): the recorder's .item() calls would break the graph
-        model = getattr(self.model, "_orig_mod", self.model)
+        model = self.model
         was_training = model.training
         model.eval()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.trainer.precision == "bf16-mixed"):
-            model(windows[:, :-1], recorder=recorder)
+            # the eager call, hooks (FSDP's) included: runtime.compile compiles the baseline whole, in place, and the
+            # recorder's .item() calls would break its graph (compiled sublayers stay compiled: they record nothing)
+            model._call_impl(windows[:, :-1], recorder=recorder)
         model.train(was_training)
         return recorder
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # before the weights are loaded: a checkpoint of an earlier version's compiled baseline has _orig_mod. names
+        if "state_dict" in checkpoint:
+            checkpoint["state_dict"] = eager_names(checkpoint["state_dict"])
 
     # ------------------------------------------------------------------------------------- optimizer
     def configure_optimizers(self) -> dict:

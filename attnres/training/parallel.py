@@ -98,8 +98,11 @@ class ShardedStrategy(ModelParallelStrategy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         path = self.broadcast(checkpoint_path)
+        from attnres.training.module import eager_names
+
         checkpoint = torch.load(path, mmap=True, map_location="cpu", weights_only=weights_only)
-        _load_raw_module_state(checkpoint.pop("state_dict"), self.model, strict=self.lightning_module.strict_loading)
+        weights = eager_names(checkpoint.pop("state_dict"))
+        _load_raw_module_state(weights, self.model, strict=self.lightning_module.strict_loading)
         for optimizer, state in zip(self.optimizers, checkpoint.get("optimizer_states", [])):
             optimizer = getattr(optimizer, "_optimizer", optimizer)
             names = _names_in_optimizer_order(self.model, optimizer)

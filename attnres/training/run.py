@@ -118,11 +118,19 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     """Everything that can fail before compute: the batch split, the tracker, the corpus, the split, the budget."""
     batch_split(cfg)
     check_tracker(cfg)
+    check_precision(cfg)
     check_memory(cfg)
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
     return corpus, run_budget(cfg)
+
+
+def check_precision(cfg: RunConfig) -> None:
+    """runtime.precision=bf16-mixed on a GPU without bf16 is refused here, before compute."""
+    from attnres.runtime import resolve_precision, uses_gpu
+
+    resolve_precision(cfg.runtime.precision, uses_gpu(cfg.runtime))
 
 
 def check_memory(cfg: RunConfig) -> None:
@@ -227,7 +235,7 @@ def _fit(
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from attnres.model import compile_model
-    from attnres.runtime import pin_malloc, uses_gpu
+    from attnres.runtime import allow_eager_fallback, pin_malloc, resolve_precision, uses_gpu
     from attnres.training.module import LitLM
     from attnres.training.parallel import build_strategy
     from attnres.training.run_log import RunLogger, RunRow
@@ -235,7 +243,9 @@ def _fit(
     _quiet_lightning(cfg)
     rt = cfg.runtime
     gpu = uses_gpu(rt)
-    precision = rt.precision if rt.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    precision, fallback = resolve_precision(rt.precision, gpu)
+    if fallback:
+        warnings.warn(fallback, RuntimeWarning, stacklevel=2)
     if not gpu:
         pin_malloc()
     if rt.threads:
@@ -245,6 +255,7 @@ def _fit(
 
     lit = LitLM(cfg, corpus, budget.steps)
     if rt.compile:
+        allow_eager_fallback()
         lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}

@@ -414,6 +414,30 @@ def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
     assert {k.removeprefix("model.") for k in state} == set(AttnResLM(cfg.model).state_dict())
 
 
+@pytest.mark.parametrize("residual", ["baseline", "block"])
+def test_compiling_keeps_the_eager_parameter_names(residual):
+    """runtime.compile compiles in place, so a checkpoint resumes whether or not the next attempt compiles."""
+    from attnres.model import compile_model
+
+    cfg = resolve_run_config(None, TINY + [f"model.residual={residual}"])
+    names = list(AttnResLM(cfg.model).state_dict())
+    assert list(compile_model(AttnResLM(cfg.model), fuse_depth=False).state_dict()) == names
+
+
+def test_a_checkpoint_of_a_baseline_compiled_whole_loads_into_the_eager_model():
+    """Before in-place compiling, a compiled baseline's checkpoint had ``_orig_mod.`` in every name."""
+    from attnres.training.module import LitLM
+
+    cfg = resolve_run_config(None, TINY + ["model.residual=baseline"])
+    wrapped = torch.compile(AttnResLM(cfg.model))  # the old runtime.compile=true (nothing compiles until a call)
+    checkpoint = {"state_dict": {f"model.{k}": v for k, v in wrapped.state_dict().items()}}
+    assert all("_orig_mod." in k for k in checkpoint["state_dict"])
+    LitLM.on_load_checkpoint(None, checkpoint)  # the hook Lightning calls before it loads the weights
+    eager = AttnResLM(cfg.model)
+    eager.load_state_dict({k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}, strict=True)
+    assert torch.equal(eager.lm_head.weight, wrapped.lm_head.weight)
+
+
 def test_the_ranks_of_a_slurm_launch_hear_what_rank_zero_decided(tmp_path, monkeypatch):
     launch = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2"}
     for name, value in launch.items():
