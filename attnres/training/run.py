@@ -236,6 +236,7 @@ def _fit(
 
     from attnres.model import compile_model
     from attnres.runtime import allow_eager_fallback, pin_malloc, resolve_precision, uses_gpu
+    from attnres.training.checkpoints import IntervalCheckpoint
     from attnres.training.module import LitLM
     from attnres.training.parallel import build_strategy
     from attnres.training.run_log import RunLogger, RunRow
@@ -271,6 +272,9 @@ def _fit(
         enable_version_counter=False,
     )
     kept = [keep_steps(run_dir, cfg.train.save_at_steps)] if cfg.train.save_at_steps else []
+    if rt.checkpoint_interval_steps or rt.checkpoint_interval_min:
+        last = run_dir / schema.CHECKPOINT_DIR / "last.ckpt"
+        kept.append(IntervalCheckpoint(last, logger, rt.checkpoint_interval_steps, rt.checkpoint_interval_min))
     trainer = L.Trainer(
         accelerator="gpu" if gpu else "cpu",
         devices=rt.devices,

@@ -339,3 +339,16 @@ def test_the_per_variant_protocol_needs_every_variants_own_values_and_an_unknown
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"not a tuning protocol; choose tuned-baseline .* tuned-per-variant"):
         load_grid(path)
+
+
+def test_a_slurm_tuner_on_a_gpu_grid_trains_its_trials_on_its_own_gpu():
+    """Each tuner is one task with one GPU of the grid's nodes, and its trials train there (not just its threads)."""
+    from sweeps.tune_slurm import tuner_resources
+
+    res, runtime = tuner_resources(load_grid("paper"))
+    assert (res.nodes, res.tasks, res.gpus_per_node, res.cpus_per_task) == (1, 1, 1, 12)
+    assert runtime == {
+        "accelerator": "gpu", "devices": 1, "num_nodes": 1, "threads": 12, "progress_bar": False, "strategy": "ddp"
+    }  # fmt: skip
+    res, runtime = tuner_resources(load_grid("smoke"))
+    assert res.gpus_per_node == 0 and runtime["accelerator"] == "cpu" and runtime["devices"] == 1
