@@ -6,6 +6,9 @@ logged training loss (the global batch's, not rank 0's half), and a kill at any 
 uninterrupted result, also across strategies (one checkpoint format). Each two-process run starts two Python
 processes (10-20 s on 2 busy cores), so most of these are marked ``slow``: ``pytest -m slow
 tests/attnres/test_parallel.py``.
+
+On a machine with 2 GPUs the same tests run over NCCL: ``ATTNRES_TEST_ACCELERATOR=gpu pytest -m "slow or gpu"
+tests/attnres/test_parallel.py`` (every run, the one-process reference too, on GPUs in fp32; docs/first-gpu-run.md).
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ SMALL = [
     "train.eval_tokens=16320",
     "train.log_interval=1",
     "runtime.threads=1",
+    f"runtime.accelerator={os.environ.get('ATTNRES_TEST_ACCELERATOR', 'cpu')}",
+    "runtime.precision=32-true",
 ]
 VARIANTS = {"baseline": ["model.residual=baseline"], "full": ["model.residual=full"], "block": ["model.n_blocks=2"]}
-TWO = ["runtime.devices=2", "runtime.accelerator=cpu"]
+TWO = ["runtime.devices=2"]
 
 
 def two_processes(args: list[str], out: Path, timeout: float = 300) -> None:
