@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import platform
 import signal
@@ -193,6 +194,70 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
                 f"environment variable {name}={value!r} is not a non-negative integer ({where}); unset it "
                 f"(unset {name}) outside a job, or fix the job script that sets it"
             )
+
+
+def resolve_precision(precision: str, gpu: bool, bf16_supported: bool | None = None) -> tuple[str, str | None]:
+    """The Lightning precision a run trains with, and a warning when ``auto`` had to fall back.
+
+    ``auto``: bf16 autocast on a GPU that supports bf16 (Ampere and later), fp32 on older GPUs and on CPU.
+    ``bf16-mixed`` on a GPU without bf16 is refused (``ConfigError``) before anything is computed: emulated bf16 is
+    slow and not what the run asked for. ``bf16_supported`` None: ask torch (without counting emulation).
+    """
+    from attnres.config import ConfigError
+
+    if not gpu:
+        return ("32-true" if precision == "auto" else precision), None
+    if bf16_supported is None:
+        import torch
+
+        bf16_supported = torch.cuda.is_bf16_supported(including_emulation=False)
+    if precision == "bf16-mixed" and not bf16_supported:
+        raise ConfigError(
+            "runtime.precision=bf16-mixed: this GPU does not support bf16 (it needs compute capability 8.0, Ampere, "
+            "or later); use runtime.precision=32-true (or auto, which picks it here)"
+        )
+    if precision == "auto":
+        if bf16_supported:
+            return "bf16-mixed", None
+        return "32-true", "runtime.precision=auto: this GPU has no bf16, so the run trains in fp32 (slower, same run)"
+    return precision, None
+
+
+_COMPILE_LOGGER = "torch._dynamo.convert_frame"
+
+
+class _FirstCompileFailure(logging.Filter):
+    """Turns torch.compile's first suppressed failure into one Python warning and drops every later one (dynamo logs
+    one traceback per failing frame, and every sublayer is a frame)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warned = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        if not self.warned:
+            self.warned = True
+            first = next((line for line in record.getMessage().splitlines() if line.strip()), "unknown error")
+            warnings.warn(
+                f"runtime.compile: torch.compile failed ({first.strip()[:300]}); what failed runs eagerly "
+                "(the same run, slower). Set runtime.compile=false to skip compiling.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return False
+
+
+def allow_eager_fallback() -> None:
+    """``runtime.compile``: a module torch.compile cannot compile runs eagerly instead of failing the run, with one
+    warning (torch's ``suppress_errors``, whose per-frame tracebacks are folded into that warning)."""
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True
+    logger = logging.getLogger(_COMPILE_LOGGER)
+    if not any(isinstance(f, _FirstCompileFailure) for f in logger.filters):
+        logger.addFilter(_FirstCompileFailure())
 
 
 def pin_malloc() -> None:

@@ -54,7 +54,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--flops-per-s",
         type=float,
         help="assumed training throughput of one run per device, FLOP/s "
-        "(default: measured on finished runs in RESULTS if any, else 3e10 on CPU, 1.5e14 per GPU)",
+        "(default: measured on finished runs in RESULTS if any, else 9.5e10 on CPU, 1.5e14 per GPU)",
+    )
+    plan.add_argument(
+        "--flops-file",
+        help="per-device FLOP/s measured: the throughput.json of `attnres sweep throughput` (per size and variant) "
+        'or {"flops_per_s": R}; used before the results\' own',
+    )
+    plan.add_argument(
+        "--gpus",
+        type=int,
+        help="also pack the unfinished runs onto this many devices (a GPU grid: each run holds its slurm nodes x "
+        "gpus_per_node) and print the elapsed time, and the runs that strand devices",
     )
     plan.set_defaults(func=cmd_plan)
 
@@ -199,18 +210,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--flops-per-s must be a positive number of FLOP/s (e.g. 3e10), got {args.flops_per_s:g}")
     grid = load_grid(args.grid, args.overrides)
     check_given_data(grid, args.overrides)
-    rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
-    tuning = tuning_plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
+    launcher = args.launcher
+    if args.gpus and launcher == "local" and (grid.slurm or {}).get("gpus_per_node"):
+        launcher = "slurm"  # a GPU grid's runs hold the devices of their SLURM resources
+    rows = plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s, flops_file=args.flops_file)
+    tuning = tuning_plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s)
     print(
         f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x "
         "variants x lr x "
         f"{len(grid.seeds)} seed(s)) -> {args.results}/{grid.name}/"
     )
-    parallel = parallelism(grid, args.launcher, len(rows))
+    parallel = parallelism(grid, launcher, len(rows))
     data = [data_summary(c) for c in sorted(grid_data(grid), key=str)]
-    print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning, data=data))
+    print(format_plan(grid, rows, launcher=launcher, parallel=parallel, tuning=tuning, data=data, gpus=args.gpus))
     unfinished = any(r.status not in ("done", "diverged", "reuse") for r in rows)
-    if args.launcher == "local" and args.flops_per_s is None and unfinished:
+    if launcher == "local" and args.flops_per_s is None and unfinished:
         from attnres.runtime import CpuShare
 
         share = CpuShare.now()

@@ -121,16 +121,19 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     budget = run_budget(cfg)  # first: a typo in the budget is said before a raw corpus is prepared
     batch_split(cfg)
     check_tracker(cfg)
-    if cfg.runtime.strategy == "fsdp":
-        from attnres.runtime import uses_gpu
-
-        if not uses_gpu(cfg.runtime):
-            raise ConfigError("runtime.strategy=fsdp needs GPUs and none is visible here; use ddp on CPU")
+    check_precision(cfg)
     check_memory(cfg)
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
     return corpus, budget
+
+
+def check_precision(cfg: RunConfig) -> None:
+    """runtime.precision=bf16-mixed on a GPU without bf16 is refused here, before compute."""
+    from attnres.runtime import resolve_precision, uses_gpu
+
+    resolve_precision(cfg.runtime.precision, uses_gpu(cfg.runtime))
 
 
 def check_memory(cfg: RunConfig) -> None:
@@ -241,14 +244,18 @@ def _fit(
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from attnres.model import compile_model
-    from attnres.runtime import Terminated, pin_malloc, uses_gpu
+    from attnres.runtime import Terminated, allow_eager_fallback, pin_malloc, resolve_precision, uses_gpu
+    from attnres.training.interval_checkpoint import IntervalCheckpoint
     from attnres.training.module import LitLM
+    from attnres.training.parallel import build_strategy
     from attnres.training.run_log import RunLogger, RunRow
 
     _quiet_lightning(cfg)
     rt = cfg.runtime
     gpu = uses_gpu(rt)
-    precision = rt.precision if rt.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    precision, fallback = resolve_precision(rt.precision, gpu)
+    if fallback:
+        warnings.warn(fallback, RuntimeWarning, stacklevel=2)
     if not gpu:
         pin_malloc()
     if rt.threads:
@@ -258,6 +265,7 @@ def _fit(
 
     lit = LitLM(cfg, corpus, budget.steps)
     if rt.compile:
+        allow_eager_fallback()
         lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
@@ -274,11 +282,15 @@ def _fit(
         enable_version_counter=False,
     )
     kept = [keep_steps(run_dir, cfg.train.save_at_steps)] if cfg.train.save_at_steps else []
+    if rt.checkpoint_interval_steps or rt.checkpoint_interval_min:
+        last = run_dir / schema.CHECKPOINT_DIR / "last.ckpt"
+        kept.append(IntervalCheckpoint(last, logger, rt.checkpoint_interval_steps, rt.checkpoint_interval_min))
     trainer = L.Trainer(
         accelerator="gpu" if gpu else "cpu",
         devices=rt.devices,
         num_nodes=rt.num_nodes,
-        strategy=_strategy(cfg, gpu) if world > 1 else "auto",
+        strategy=build_strategy(cfg) if world > 1 else "auto",
+        use_distributed_sampler=False,  # LitLM.val_dataloader splits the windows itself, without counting copies
         precision=precision,
         max_steps=budget.steps,
         max_epochs=1,  # the training stream is one pass of exactly max_steps batches
@@ -319,25 +331,6 @@ def _fit(
     finally:
         _end_process_group()
     return RunResult(run_dir, status, trainer.global_step, logger.last["val_loss"], trained=True)
-
-
-def _strategy(cfg: RunConfig, gpu: bool) -> Any:
-    """DDP, or FSDP with one unit per transformer block: the embedding, the depth mixer's pseudo-queries and key
-    gains (shared by every sublayer's depth attention, read before and after the blocks) and the head stay in the
-    root unit, gathered whole for each forward. ``use_orig_params`` keeps parameter names, so weight decay groups
-    and the diagnostics see the same parameters as under DDP. Checkpoints are full state dicts: a run resumes on
-    another world size, or under DDP."""
-    if cfg.runtime.strategy == "ddp":
-        return "ddp"
-    if not gpu:
-        raise ConfigError(
-            "runtime.strategy=fsdp needs GPUs (Lightning's FSDP strategy does not run on CPU); use ddp on CPU"
-        )
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    from attnres.model import Block
-
-    return FSDPStrategy(auto_wrap_policy={Block}, use_orig_params=True, state_dict_type="full")
 
 
 def _end_process_group() -> None:
