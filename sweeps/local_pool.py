@@ -156,10 +156,13 @@ def _step_reporter(conn: Connection, index: int):
     return StepReporter()
 
 
-def _worker(conn: Connection, parent: int) -> None:
+def _worker(conn: Connection, parent: int, slot: int = 0, workers: int = 1) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the launcher died before we could ask
         os._exit(1)
+    from sweeps.worker_devices import pin_worker_gpus
+
+    pin_worker_gpus(slot, workers)  # its own GPUs, before anything initialises CUDA (nothing where none is visible)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     one_line_warnings("attnres")  # in the run's train.log
     while True:
@@ -180,6 +183,7 @@ class _Worker:
     process: mp.process.BaseProcess
     conn: Connection
     task: int | None = None
+    slot: int = 0  # which share of the GPUs it sees (sweeps.worker_devices); a replacement takes the dead one's
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -287,7 +291,7 @@ class _Launcher:
         the runs they were training resume from their checkpoints on the next pass."""
         self.workers = workers
         try:
-            self.pool = [self.start_worker() for _ in range(min(workers, len(self.pending)))]
+            self.pool = [self.start_worker(slot) for slot in range(min(workers, len(self.pending)))]
             while self.pending or self.deferred or any(w.task is not None for w in self.pool):
                 self.hand_out()
                 active = [w for w in self.pool if w.task is not None]
@@ -303,12 +307,14 @@ class _Launcher:
             if self.bar is not None:
                 self.bar.close()
 
-    def start_worker(self) -> _Worker:
+    def start_worker(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe()
-        process = self.ctx.Process(target=_worker, args=(child, os.getpid()), name="attnres-sweep-worker", daemon=True)
+        process = self.ctx.Process(
+            target=_worker, args=(child, os.getpid(), slot, self.workers), name="attnres-sweep-worker", daemon=True
+        )
         process.start()
         child.close()
-        return _Worker(process, parent)
+        return _Worker(process, parent, slot=slot)
 
     def advance(self, index: int, step: int) -> None:
         """Move the bar to ``index``'s new step (and say which runs train, at which step)."""
@@ -356,7 +362,7 @@ class _Launcher:
                     raise RuntimeError(
                         f"sweep worker processes keep dying (last exit code {w.process.exitcode})"
                     ) from None
-                self.pool.append(self.start_worker())
+                self.pool.append(self.start_worker(w.slot))
                 return
             w.task = index
 
@@ -415,7 +421,7 @@ class _Launcher:
         self.pool.remove(w)
         w.conn.close()
         if self.pending or self.deferred:
-            self.pool.append(self.start_worker())
+            self.pool.append(self.start_worker(w.slot))
 
 
 def _ready(deferred: dict[int, float], dirs: list[Path], poll_s: float) -> int | None:
