@@ -159,7 +159,8 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
     ``tables`` chooses which per-run tables to read besides run.parquet ("metrics", "layers",
     "depth_attn"; ``()`` for the runs table alone, which is all the fits need). Unreadable or unfinished
     runs are listed in ``Results.problems`` by folder and reason; nothing about a single run raises.
-    Raises :class:`ResultsError` only when ``root`` is not a folder.
+    Raises :class:`ResultsError` when ``root`` is not a folder, and when one run (sweep and run id) is in two
+    folders, which every fit would count twice.
     """
     root = Path(root)
     if not root.is_dir():
@@ -190,11 +191,7 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
         if run_frames
         else _empty(RUN_SCHEMA).assign(path=pd.Series([], dtype="str"))
     )
-    dupes = runs[runs.duplicated(["sweep", "run_id"], keep=False)] if len(runs) else runs
-    for _, row in dupes.iterrows():
-        problems.append(
-            Problem(str(row["path"]), str(row["run_id"]), "the same (sweep, run_id) appears in more than one folder")
-        )
+    _check_unique(runs)
     frames = {}
     for tname, (_, schema) in _PER_RUN.items():
         parts = per_run.get(tname, [])
@@ -207,6 +204,23 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
         depth_attn=frames["depth_attn"],
         problems=tuple(problems),
         inputs_hash=_hash_runs(runs),
+    )
+
+
+def _check_unique(runs: pd.DataFrame) -> None:
+    """One run in two folders (a sweep folder copied under another name) would count twice in every fit: refused,
+    with the folders named, before anything is fitted."""
+    if runs.empty:
+        return
+    dupes = runs[runs.duplicated(["sweep", "run_id"], keep=False)]
+    if dupes.empty:
+        return
+    first = dupes.groupby(["sweep", "run_id"], sort=True)["path"].apply(list)
+    (sweep, run_id), paths = next(iter(first.items()))
+    raise ResultsError(
+        f"run {run_id} of sweep {sweep} is in {len(paths)} folders ({', '.join(sorted(paths))})"
+        + (f", and {len(first) - 1} more run(s) are too" if len(first) > 1 else "")
+        + ": it would count more than once; move the copies out of the results tree"
     )
 
 

@@ -363,11 +363,12 @@ class RuntimeConfig:
     accelerator: Literal["auto", "cpu", "gpu"] = "auto"
     """Lightning accelerator: auto picks a GPU when one is visible."""
     devices: int = 1
-    """Devices per node; more than one uses DDP."""
+    """Devices per node; more than one trains data-parallel (runtime.strategy)."""
     num_nodes: int = 1
-    """Nodes; more than one uses DDP across nodes (SLURM sets the ranks)."""
+    """Nodes; more than one trains data-parallel across nodes (SLURM sets the ranks)."""
     precision: Literal["auto", "32-true", "bf16-mixed"] = "auto"
-    """auto: bf16 autocast on GPU, fp32 on CPU."""
+    """auto: bf16 autocast on a GPU that supports bf16 (else fp32, with a warning), fp32 on CPU; bf16-mixed on a GPU
+    without bf16 is refused before compute."""
     threads: int = 0
     """CPU threads for torch (0: leave torch's default)."""
     progress_bar: bool = True
@@ -383,8 +384,17 @@ class RuntimeConfig:
     write into RUN_DIR/<logger>/; wandb runs offline unless WANDB_MODE says otherwise; mlflow logs to
     $MLFLOW_TRACKING_URI or RUN_DIR/mlruns."""
     strategy: Literal["ddp", "fsdp"] = "ddp"
-    """With several devices: ddp (a full copy of the model per device) or fsdp (parameters, gradients and optimizer
-    state sharded over the devices, one FSDP unit per transformer block; GPUs only, as in Lightning)."""
+    """With several devices: ddp (a full copy of the model per device) or fsdp (FSDP2: parameters, gradients and
+    optimizer state sharded over the devices, one unit per attention / MLP sublayer; CPU (gloo) or GPU)."""
+    process_group_timeout_s: int = 1800
+    """Several devices: how long a collective may wait for the other ranks before the run fails, in seconds (a rank
+    that died or hangs then ends the run instead of holding every GPU; with NCCL it needs
+    TORCH_NCCL_ASYNC_ERROR_HANDLING, docs/training.md)."""
+    checkpoint_interval_steps: int | None = None
+    """Also write last.ckpt every this many steps (it is always written at every evaluation). None: evaluations only."""
+    checkpoint_interval_min: float | None = None
+    """Also write last.ckpt when this many minutes have passed since the last checkpoint, at the end of a step (the
+    ranks agree on it). None: no time-based checkpoints."""
     device_memory_gb: float | None = None
     """Memory of one device in GiB (80 for an 80 GB GPU). When set, `attnres sweep plan` shows each run's estimated
     peak per device and the setting that would make a run fit, and a run that will not fit is refused before it
@@ -403,9 +413,16 @@ class RuntimeConfig:
             "(or leave the strategy at ddp)",
         )
         _require(
-            self.strategy != "fsdp" or self.accelerator != "cpu",
-            "runtime.strategy=fsdp needs GPUs (Lightning's FSDP strategy does not run on CPU); use "
-            "runtime.accelerator=gpu, or ddp on CPU",
+            self.process_group_timeout_s > 0,
+            f"RuntimeConfig.process_group_timeout_s must be positive (seconds), got {self.process_group_timeout_s}",
+        )
+        _require(
+            self.checkpoint_interval_steps is None or self.checkpoint_interval_steps > 0,
+            f"RuntimeConfig.checkpoint_interval_steps must be positive or None, got {self.checkpoint_interval_steps}",
+        )
+        _require(
+            self.checkpoint_interval_min is None or self.checkpoint_interval_min > 0,
+            f"RuntimeConfig.checkpoint_interval_min must be positive or None, got {self.checkpoint_interval_min}",
         )
 
 
@@ -640,8 +657,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        # an editor's "Unicode" is often UTF-16 (it starts with a byte-order mark); YAML files here are UTF-8
+        saved_as = "UTF-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "not UTF-8"
+        raise ConfigError(
+            f"config file {str(path)!r} is {saved_as} text (byte {err.start:,} cannot be read as UTF-8); save it as "
+            "UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
     if not isinstance(data, dict):

@@ -23,8 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnres.config import DEFAULT_TOKENS, ModelConfig, RunConfig
+from attnres.config import DEFAULT_TOKENS, ConfigError, ModelConfig, RunConfig
 
+# A budget above this is a typo (1e30 for 1e3), not a plan; refused before anything is written, since the counts it
+# gives overflow run.parquet's int64 columns long before the run could end.
+MAX_TOKENS = 10**15
 FLOPS_CONVENTION = (
     "attnres-v1: 2 FLOPs per multiply-add; matmuls only (attention QK^T and AV over the full TxT, MLP, "
     "LM head, AttnRes depth attention 4d per query-source pair); training = 3 x forward"
@@ -170,6 +173,14 @@ def run_budget(cfg: RunConfig) -> Budget:
         target = cfg.train.flops / per_token
     elif target is None:
         target = DEFAULT_TOKENS
+    if target > MAX_TOKENS:
+        given = (
+            f"train.flops={cfg.train.flops:g} is {target:.3g} tokens" if cfg.train.flops else f"train.tokens={target:g}"
+        )
+        raise ConfigError(
+            f"{given}, more than {MAX_TOKENS:.0e} (the largest published training runs read a few 1e13); give the "
+            "budget of a run you mean to train"
+        )
     batch_tokens = cfg.train.batch_size * cfg.model.seq_len
     steps = max(1, math.ceil(target / batch_tokens - 1e-9))
     counts = count_params(cfg.model)

@@ -167,8 +167,9 @@ class AttnResLM(nn.Module):
         return self.lm_head(self.final_norm(h))
 
 
-def compile_model(model: AttnResLM, fuse_depth: bool) -> nn.Module:
-    """``runtime.compile``: torch.compile what can be compiled, in place where possible.
+def compile_model(model: AttnResLM, fuse_depth: bool) -> AttnResLM:
+    """``runtime.compile``: torch.compile what can be compiled, in place (``nn.Module.compile``), so parameter names
+    and checkpoints are those of the eager model (``torch.compile(model)`` would prefix them with ``_orig_mod.``).
 
     Baseline and ablation mixers: the whole model. Full / Block AttnRes: every sublayer, and with
     ``fuse_depth`` the depth attention's element-wise work through the fused kernels of
@@ -182,4 +183,5 @@ def compile_model(model: AttnResLM, fuse_depth: bool) -> nn.Module:
         for sublayer in model.sublayers:
             sublayer.compile()
         return model
-    return torch.compile(model)
+    model.compile()
+    return model

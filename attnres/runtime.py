@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
+import os
 import platform
+import signal
 import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -20,6 +28,236 @@ def uses_gpu(runtime: RuntimeConfig) -> bool:
     import torch
 
     return runtime.accelerator == "gpu" or (runtime.accelerator == "auto" and torch.cuda.is_available())
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity: a SLURM allocation or taskset, not the whole machine)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def busy_cores(seconds: float = 0.3) -> float | None:
+    """Of the cores this process may use, how many are busy with other work over the next ``seconds``, from the
+    kernel's per-core time counters (/proc/stat; None elsewhere). The load average lags a minute behind a process that
+    has just started, and counts the whole machine, where a SLURM allocation or taskset gives a few of its cores."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+    def counters() -> dict[str, tuple[int, int]]:
+        out = {}
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *values = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and (allowed is None or int(name[3:]) in allowed):
+                fields = [int(v) for v in values]
+                out[name] = (sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0))  # all, idle + iowait
+        return out
+
+    try:
+        before = counters()
+        time.sleep(seconds)
+        after = counters()
+    except (OSError, ValueError, IndexError):
+        return None
+    if not after:
+        return None
+    return sum(1 - (after[c][1] - before[c][1]) / max(1, after[c][0] - before[c][0]) for c in after if c in before)
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """What the CPU can give new work now: its cores, and the load other work puts on them: the larger of the 1-minute
+    load average (processes running or waiting for a core; only where these cores are the whole machine) and the
+    cores busy over a short sample (:func:`busy_cores`)."""
+
+    cores: int
+    load: float
+
+    @classmethod
+    def now(cls) -> CpuShare:
+        cores = cpu_cores()
+        sampled = busy_cores()
+        # the load average is the whole machine's: it speaks for these cores only when they are the whole machine
+        whole = cores == (os.cpu_count() or cores) and hasattr(os, "getloadavg")
+        average = os.getloadavg()[0] if whole else 0.0
+        return cls(cores, max(average, sampled or 0.0))
+
+    @property
+    def free(self) -> int:
+        """Cores nothing else uses, rounded: a little background noise (load 0.3) keeps a core free."""
+        return max(0, min(self.cores, self.cores - round(self.load)))
+
+    @property
+    def busy(self) -> bool:
+        return self.free < self.cores
+
+    def threads(self, workers: int) -> int:
+        """Torch threads for each of ``workers`` processes: the free cores shared out, at least one. More threads than
+        free cores do not add speed: they wait for the cores other work holds, and OpenMP threads spin while they
+        wait (a demo took 1 h 38 min beside a 2-process sweep with 2 threads per worker, 6.5 min alone)."""
+        return max(1, self.free // max(1, workers))
+
+    def workers_for(self, runs: int, most: int = 4) -> int:
+        """Worker processes for ``runs`` small runs: one per free core (at least one, at most ``most``); tiny models
+        gain more from running side by side than from more threads each."""
+        return max(1, min(self.free, runs, most))
+
+    def note(self, workers: int, threads: int) -> str | None:
+        """One line when the machine is busy: what this pass will use, and that it is slower (None when idle)."""
+        if not self.busy:
+            return None
+        return (
+            f"this machine is busy (load {self.load:.1f} on {self.cores} core(s), {self.free} free): {workers} "
+            f"worker(s) x {threads} thread(s), and training will take longer than on an idle machine; --workers and "
+            "--threads choose otherwise"
+        )
+
+
+def one_line_warnings(prefix: str) -> None:
+    """Print warnings as one line of text, ``<prefix>: warning: <message>``, instead of Python's
+    ``path/to/module.py:76: UserWarning: ...`` and the source line under it: a user reads what is wrong, not where in
+    the code it was noticed. The category is kept where it says something (not for a plain UserWarning)."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 (warnings' signature)
+        text = " ".join(str(message).split())
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        try:
+            (file or sys.stderr).write(f"{prefix}: warning: {text}{kind}\n")
+        except (OSError, ValueError):  # a closed or gone stream: the warning is lost, as Python's own would be
+            pass
+
+    warnings.showwarning = show
+
+
+class Terminated(SystemExit):
+    """SIGTERM (or SIGHUP) arrived: raised where the main thread is, so that ``finally`` blocks run (workers stopped,
+    temporary files removed) and the command ends with one line and the conventional status, 128 + the signal.
+
+    A :class:`SystemExit`, not an ``Exception``: no ``except Exception`` on the way (a run's failure handler, Optuna's
+    trial) takes it for a failure."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def raise_on_termination() -> None:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, once: a second one ends the process at once
+    (the default action), for a user who does not want to wait for the cleanup."""
+
+    def handler(signum: int, frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:  # left alone where the caller chose (nohup ignores SIGHUP)
+            signal.signal(sig, handler)
+
+
+# Integers that Lightning, torch.distributed and SLURM's launcher read from the environment (rank, world size, job
+# ids); a stray value (an exported test variable, a copied job script) would end in int()'s traceback inside them.
+INTEGER_ENVIRONMENT = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NNODES",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_RESTART_COUNT",
+)
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a rank, world size or SLURM job variable that is not an integer, before Lightning reads it."""
+    from attnres.config import ConfigError
+
+    environ = os.environ if environ is None else environ
+    for name in INTEGER_ENVIRONMENT:
+        value = environ.get(name)
+        if value is not None and not value.strip().isdigit():
+            where = "SLURM sets it in a job" if name.startswith("SLURM_") else "torchrun and SLURM set it"
+            raise ConfigError(
+                f"environment variable {name}={value!r} is not a non-negative integer ({where}); unset it "
+                f"(unset {name}) outside a job, or fix the job script that sets it"
+            )
+
+
+def resolve_precision(precision: str, gpu: bool, bf16_supported: bool | None = None) -> tuple[str, str | None]:
+    """The Lightning precision a run trains with, and a warning when ``auto`` had to fall back.
+
+    ``auto``: bf16 autocast on a GPU that supports bf16 (Ampere and later), fp32 on older GPUs and on CPU.
+    ``bf16-mixed`` on a GPU without bf16 is refused (``ConfigError``) before anything is computed: emulated bf16 is
+    slow and not what the run asked for. ``bf16_supported`` None: ask torch (without counting emulation).
+    """
+    from attnres.config import ConfigError
+
+    if not gpu:
+        return ("32-true" if precision == "auto" else precision), None
+    if bf16_supported is None:
+        import torch
+
+        bf16_supported = torch.cuda.is_bf16_supported(including_emulation=False)
+    if precision == "bf16-mixed" and not bf16_supported:
+        raise ConfigError(
+            "runtime.precision=bf16-mixed: this GPU does not support bf16 (it needs compute capability 8.0, Ampere, "
+            "or later); use runtime.precision=32-true (or auto, which picks it here)"
+        )
+    if precision == "auto":
+        if bf16_supported:
+            return "bf16-mixed", None
+        return "32-true", "runtime.precision=auto: this GPU has no bf16, so the run trains in fp32 (slower, same run)"
+    return precision, None
+
+
+_COMPILE_LOGGER = "torch._dynamo.convert_frame"
+
+
+class _FirstCompileFailure(logging.Filter):
+    """Turns torch.compile's first suppressed failure into one Python warning and drops every later one (dynamo logs
+    one traceback per failing frame, and every sublayer is a frame)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warned = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        if not self.warned:
+            self.warned = True
+            first = next((line for line in record.getMessage().splitlines() if line.strip()), "unknown error")
+            warnings.warn(
+                f"runtime.compile: torch.compile failed ({first.strip()[:300]}); what failed runs eagerly "
+                "(the same run, slower). Set runtime.compile=false to skip compiling.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return False
+
+
+def allow_eager_fallback() -> None:
+    """``runtime.compile``: a module torch.compile cannot compile runs eagerly instead of failing the run, with one
+    warning (torch's ``suppress_errors``, whose per-frame tracebacks are folded into that warning)."""
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True
+    logger = logging.getLogger(_COMPILE_LOGGER)
+    if not any(isinstance(f, _FirstCompileFailure) for f in logger.filters):
+        logger.addFilter(_FirstCompileFailure())
 
 
 def pin_malloc() -> None:

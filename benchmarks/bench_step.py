@@ -113,7 +113,7 @@ def estimated_bytes(runner: Runner, batch: int, device: torch.device) -> int:
     from attnres.config import RunConfig, RuntimeConfig, TrainConfig
     from attnres.training.memory import estimate
 
-    model = getattr(runner.model, "_orig_mod", runner.model)
+    model = runner.model
     runtime = RuntimeConfig(
         precision="bf16-mixed" if runner.autocast else "32-true",
         checkpointing="sublayer" if model.checkpointing else "none",

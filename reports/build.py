@@ -751,7 +751,8 @@ class _Builder:
             {
                 "sweep": h.sweep,
                 "variant": h.label,
-                with_interval("M at the largest budget", self.settings): h.multiplier.text(3),
+                with_interval("M at the largest budget", self.settings): h.multiplier.text(3)
+                + (" (unreliable)" if h.unreliable else ""),
                 f"at C ({unit})": f"{h.compute:.3g}",
                 "exponent": h.exponent,
                 "M under other choices": ""

@@ -247,7 +247,12 @@ def _percent(settings: Any) -> int:
 def _multiplier_box(ax: Any, sw: SweepFit, runs: pd.DataFrame | None, level: int) -> None:
     """The box of figure 1 with each variant's multiplier at its largest budget (none without multipliers);
     ``level``: the intervals' level in percent, 0 without a bootstrap."""
-    lines = [multiplier_text(m.variant, m.multiplier, _n_blocks(runs, sw.sweep, m.variant)) for m in sw.multipliers]
+    # an interval the analysis marks unreliable is never shown without the mark (the report says why)
+    lines = [
+        multiplier_text(m.variant, m.multiplier, _n_blocks(runs, sw.sweep, m.variant))
+        + ("" if m.reliable else " (unreliable)")
+        for m in sw.multipliers
+    ]
     if not lines:
         return
     exps = sorted({m.exponent for m in sw.multipliers})

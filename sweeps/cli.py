@@ -54,7 +54,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--flops-per-s",
         type=float,
         help="assumed training throughput of one run per device, FLOP/s "
-        "(default: measured on finished runs in RESULTS if any, else 3e10 on CPU, 1.5e14 per GPU)",
+        "(default: measured on finished runs in RESULTS if any, else 9.5e10 on CPU, 1.5e14 per GPU)",
+    )
+    plan.add_argument(
+        "--flops-file",
+        help="per-device FLOP/s measured: the throughput.json of `attnres sweep throughput` (per size and variant) "
+        'or {"flops_per_s": R}; used before the results\' own',
+    )
+    plan.add_argument(
+        "--gpus",
+        type=int,
+        help="also pack the unfinished runs onto this many devices (a GPU grid: each run holds its slurm nodes x "
+        "gpus_per_node) and print the elapsed time, and the runs that strand devices",
     )
     plan.set_defaults(func=cmd_plan)
 
@@ -62,7 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _grid_arguments(run)
     _launcher_argument(run, "local worker processes, or SLURM via submitit (default: local)")
     run.add_argument("--workers", type=int, default=1, help="local: runs trained at the same time (default: 1)")
-    run.add_argument("--threads", type=int, help="local: torch threads per worker (default: CPU cores // workers)")
+    run.add_argument(
+        "--threads", type=int, help="local: torch threads per worker (default: the free CPU cores // workers)"
+    )
     run.add_argument(
         "--no-progress", action="store_true", help="local: one line per finished run instead of a progress bar"
     )
@@ -116,7 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Optuna storage: an RDB URL (postgresql://..., sqlite:///...) or a journal file "
         "(default: RESULTS/<sweep>-tune/optuna.journal)",
     )
-    tune.add_argument("--threads", type=int, help="torch threads (default: all CPU cores; SLURM: the grid's cpus)")
+    tune.add_argument("--threads", type=int, help="torch threads (default: the free CPU cores; SLURM: the grid's cpus)")
     _launcher_argument(
         tune, "local: tune here; slurm: --workers tuners as a job array sharing the storage (default: local)"
     )
@@ -162,21 +175,64 @@ def _tune_on_slurm(grid, args: argparse.Namespace) -> int:
     return 0
 
 
+def check_counts(args: argparse.Namespace, *names: str) -> None:
+    """Counts given on the command line (--workers, --threads, --trials) must be at least 1: 0 or a negative count
+    would otherwise fall back to a default, or be clamped to 1, without a word."""
+    from attnres.config import ConfigError
+
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name} must be at least 1, got {value}")
+
+
+def check_given_data(grid, overrides: list[str]) -> None:
+    """data.* overrides written on the command line are checked against a prepared folder even at their defaults
+    (``data.tokenizer=bytes`` on a BPE folder would otherwise train on its BPE tokens without a word)."""
+    from attnres.config import apply_overrides
+    from attnres.data.corpus import check_given_settings
+    from sweeps.plan import grid_data
+
+    given = apply_overrides({}, list(overrides)).get("data") or {}
+    if given:
+        for data in grid_data(grid):
+            check_given_settings(data, list(given))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    import math
+
+    from attnres.config import ConfigError
     from sweeps.grid import load_grid
     from sweeps.plan import data_summary, format_plan, grid_data, parallelism, plan, tuning_plan
 
+    if args.flops_per_s is not None and not (math.isfinite(args.flops_per_s) and args.flops_per_s > 0):
+        raise ConfigError(f"--flops-per-s must be a positive number of FLOP/s (e.g. 3e10), got {args.flops_per_s:g}")
     grid = load_grid(args.grid, args.overrides)
-    rows = plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
-    tuning = tuning_plan(grid, args.results, launcher=args.launcher, flops_per_s=args.flops_per_s)
+    check_given_data(grid, args.overrides)
+    launcher = args.launcher
+    if args.gpus and launcher == "local" and (grid.slurm or {}).get("gpus_per_node"):
+        launcher = "slurm"  # a GPU grid's runs hold the devices of their SLURM resources
+    rows = plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s, flops_file=args.flops_file)
+    tuning = tuning_plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s)
     print(
         f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x "
         "variants x lr x "
         f"{len(grid.seeds)} seed(s)) -> {args.results}/{grid.name}/"
     )
-    parallel = parallelism(grid, args.launcher, len(rows))
+    parallel = parallelism(grid, launcher, len(rows))
     data = [data_summary(c) for c in sorted(grid_data(grid), key=str)]
-    print(format_plan(grid, rows, launcher=args.launcher, parallel=parallel, tuning=tuning, data=data))
+    print(format_plan(grid, rows, launcher=launcher, parallel=parallel, tuning=tuning, data=data, gpus=args.gpus))
+    unfinished = any(r.status not in ("done", "diverged", "reuse") for r in rows)
+    if launcher == "local" and args.flops_per_s is None and unfinished:
+        from attnres.runtime import CpuShare
+
+        share = CpuShare.now()
+        if share.busy:
+            print(
+                f"note: this machine is busy now (load {share.load:.1f} on {share.cores} core(s)): the estimate is for "
+                "an idle machine, and runs started now take longer"
+            )
     return 0
 
 
@@ -194,12 +250,15 @@ def cmd_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from sweeps.grid import load_grid
+
+    check_counts(args, "workers", "threads")
+    grid = load_grid(args.grid, args.overrides)  # loaded once: the launchers take the Grid
+    check_given_data(grid, args.overrides)
     if args.launcher == "slurm":
         from sweeps.launchers import submit_grid
 
-        summary = submit_grid(
-            args.grid, args.results, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout, overrides=args.overrides
-        )
+        summary = submit_grid(grid, args.results, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout)
         if args.wait:
             print(summary.line())
             _print_problems(summary)
@@ -207,18 +266,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from sweeps.launchers import run_grid
 
-    summary = run_grid(
-        args.grid,
-        args.results,
-        workers=args.workers,
-        progress=not args.no_progress,
-        threads=args.threads,
-        overrides=args.overrides,
-    )
+    summary = run_grid(grid, args.results, workers=args.workers, progress=not args.no_progress, threads=args.threads)
     print(summary.line())
     _print_problems(summary)
-    if summary.interrupted:
-        return 130
     return 0 if summary.ok else 1
 
 
@@ -258,6 +308,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from sweeps.grid import load_grid
     from sweeps.tuning import tune
 
+    check_counts(args, "trials", "threads", "workers")
     grid = load_grid(args.grid, args.overrides)
     if args.launcher == "slurm":
         return _tune_on_slurm(grid, args)

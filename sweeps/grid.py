@@ -346,6 +346,13 @@ def _as_list(value: Any) -> list:
 def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) -> Grid:
     _check_keys(data, TOP_KEYS, "")
     name = str(data.get("name") or (path.stem if path else "sweep"))
+    # `attnres tune` trains into <sweep>-tune and WSD trunks into <sweep>-trunk, and `attnres fit` skips those
+    # sweeps: a grid of that name would train and then be dropped from the fit without a word
+    reserved = next((s for s in ("-tune", "-trunk") if name.endswith(s)), None)
+    if reserved:
+        raise ConfigError(
+            f"name: {name!r} ends in {reserved!r}, which names the sweeps tuning and WSD trunks write; rename the grid"
+        )
     defaults = data.get("defaults") or {}
     _check_keys(defaults, ("model", "data", "train", "runtime"), "defaults.")
     try:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from attnres.config import ConfigError
+from attnres.storage.writable import folder_problem
 from sweeps.claim import RunOutcome
 from sweeps.grid import Grid, PlannedRun, expand_runs, load_grid
 from sweeps.local_pool import SweepSummary, run_local
@@ -34,24 +35,25 @@ def check_data(planned: list[PlannedRun]) -> None:
 
 
 def check_memory(planned: list[PlannedRun], launcher: str) -> None:
-    """With runtime.device_memory_gb set, runs whose estimated peak will not fit fail the sweep before it starts,
-    each named with the setting that would fit (as `attnres sweep plan` shows them)."""
-    if all(r.cfg.runtime.device_memory_gb is None for r in planned):
+    """Runs whose estimated peak will not fit fail the sweep before it starts, each named with the setting that would
+    fit (as `attnres sweep plan` shows them): against runtime.device_memory_gb where it is set, else, for runs on
+    this machine's CPU, against the memory it has available (:func:`attnres.training.memory.fit_problem`)."""
+    if launcher != "local" and all(r.cfg.runtime.device_memory_gb is None for r in planned):
         return
+    from attnres.runtime import uses_gpu
     from attnres.training.memory import fit_problem
     from sweeps.plan import device_of
 
     problems = []
     for run in planned:
         kind, devices = device_of(run, launcher)
-        problem = fit_problem(run.cfg, kind == "gpu", max(1, devices))
+        gpu = kind == "gpu" or (launcher == "local" and uses_gpu(run.cfg.runtime))
+        problem = fit_problem(run.cfg, gpu, max(1, devices))
         if problem:
             problems.append(problem)
     if problems:
-        raise ConfigError(
-            f"{len(problems)} run(s) will not fit in memory (attnres sweep plan shows them all):\n  "
-            + "\n  ".join(problems)
-        )
+        more = f"; and {len(problems) - 1} more run(s) (attnres sweep plan shows them all)" if len(problems) > 1 else ""
+        raise ConfigError(f"will not fit in memory: {problems[0]}{more}")
 
 
 def reuse_runs(grid: Grid, planned: list[PlannedRun], results_dir: str | Path, log: Callable[[str], None]) -> None:
@@ -116,6 +118,10 @@ def submit_grid(
     planned = expand_runs(grid, results_dir)
     check_data(planned)
     check_memory(planned, "slurm")
+    if why := folder_problem(Path(results_dir) / grid.name):  # before a job is submitted to fail in it
+        raise ConfigError(
+            f"cannot write the results folder {Path(results_dir) / grid.name}: {why}; pick another --results"
+        )
     reuse_runs(grid, planned, results_dir, log)
     states = sweep_status(planned, results_dir)
     # not finished, not being trained, and no live SLURM job for it (pending or requeued)

@@ -31,17 +31,16 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from attnres.config import RunConfig, RuntimeConfig, from_dict, to_dict
+from attnres.config import ConfigError, RunConfig, RuntimeConfig, from_dict, to_dict
+from attnres.runtime import CpuShare, cpu_cores, one_line_warnings
+from attnres.storage.writable import folder_problem
 from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
 
 LOG_FILE = "train.log"
 
 
 def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return cpu_cores()
 
 
 def with_runtime(cfg: RunConfig, **runtime: object) -> RunConfig:
@@ -57,7 +56,6 @@ class SweepSummary:
     results: str
     runs: tuple[RunOutcome, ...]
     skipped_done: int = 0  # finished (done or diverged) before this pass started
-    interrupted: bool = False  # the launcher was stopped (Ctrl-C) before the end
     submitted: tuple[str, ...] = field(default_factory=tuple)  # SLURM job ids (SLURM launcher)
 
     @property
@@ -158,11 +156,15 @@ def _step_reporter(conn: Connection, index: int):
     return StepReporter()
 
 
-def _worker(conn: Connection, parent: int) -> None:
+def _worker(conn: Connection, parent: int, slot: int = 0, workers: int = 1) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the launcher died before we could ask
         os._exit(1)
+    from sweeps.worker_devices import pin_worker_gpus
+
+    pin_worker_gpus(slot, workers)  # its own GPUs, before anything initialises CUDA (nothing where none is visible)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    one_line_warnings("attnres")  # in the run's train.log
     while True:
         try:
             task = conn.recv()
@@ -181,6 +183,7 @@ class _Worker:
     process: mp.process.BaseProcess
     conn: Connection
     task: int | None = None
+    slot: int = 0  # which share of the GPUs it sees (sweeps.worker_devices); a replacement takes the dead one's
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -200,8 +203,9 @@ def run_local(
 ) -> SweepSummary:
     """Train every run that is not finished, with ``workers`` processes; return what happened.
 
-    ``threads``: torch threads per worker (default: cores // workers). Runs that are done or diverged are
-    skipped; interrupted ones resume from their checkpoint; failed ones are tried again.
+    ``threads``: torch threads per worker (default: the free cores // workers, :class:`attnres.runtime.CpuShare`; a
+    busy machine is said in one line). Runs that are done or diverged are skipped; interrupted ones resume from their
+    checkpoint; failed ones are tried again.
     """
     from attnres.kernels import cpu as cpu_kernels
     from attnres.training.run import run_dir_for
@@ -209,7 +213,8 @@ def run_local(
     results = Path(results)
     sweep = sweep or (runs[0].sweep if runs else "sweep")
     workers = max(1, int(workers))
-    threads = threads or max(1, available_cores() // workers)
+    share = CpuShare.now()
+    chosen, threads = threads is not None, threads or share.threads(workers)
     dirs = [run_dir_for(cfg, results) for cfg in runs]
     outcomes: dict[int, RunOutcome] = {}
     pending: deque[int] = deque()
@@ -222,23 +227,24 @@ def run_local(
             pending.append(i)
             start_steps[i] = (row or {}).get("step") or 0
     skipped = len(outcomes)
-    interrupted = False
+    if pending and (why := folder_problem(results / sweep)):  # before the workers, not once per run in their logs
+        raise ConfigError(f"cannot write the results folder {results / sweep}: {why}; pick another --results")
+    if pending and not chosen and (note := share.note(min(workers, len(pending)), threads)):
+        log(f"attnres sweep: {note}")
     if pending:
         runs = [with_runtime(cfg, threads=threads, progress_bar=False) for cfg in runs]
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
         launcher = _Launcher(runs, dirs, outcomes, pending, start_steps, log, poll_s)
         launcher.after = _trunks(runs)
         launcher.bar = _progress(launcher.total_steps, launcher.steps_done, sweep, progress)
-        interrupted = launcher.run(workers)
+        launcher.run(workers)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
         if i not in outcomes:
             row = read_status(run_dir) or {}
             outcomes[i] = RunOutcome(
                 cfg.run_id, str(run_dir), "running" if row else "queued", False, row.get("step", 0), row.get("val_loss")
             )
-    return SweepSummary(
-        sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped, interrupted=interrupted
-    )
+    return SweepSummary(sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped)
 
 
 def _trunks(runs: list[RunConfig]) -> dict[int, int]:
@@ -279,11 +285,13 @@ class _Launcher:
         self.restarts = 0
         self.workers = 1
 
-    def run(self, workers: int) -> bool:
-        """Train until every run has an outcome; True if interrupted (Ctrl-C)."""
+    def run(self, workers: int) -> None:
+        """Train until every run has an outcome. Ctrl-C (KeyboardInterrupt) or SIGTERM
+        (:class:`attnres.runtime.Terminated`) stops the workers and goes on up: the command says it in one line, and
+        the runs they were training resume from their checkpoints on the next pass."""
         self.workers = workers
         try:
-            self.pool = [self.start_worker() for _ in range(min(workers, len(self.pending)))]
+            self.pool = [self.start_worker(slot) for slot in range(min(workers, len(self.pending)))]
             while self.pending or self.deferred or any(w.task is not None for w in self.pool):
                 self.hand_out()
                 active = [w for w in self.pool if w.task is not None]
@@ -294,21 +302,19 @@ class _Launcher:
                         self.after.clear()
                     continue
                 self.collect(active)
-        except KeyboardInterrupt:
-            self.log("interrupted: stopping the workers; run the same command again to resume")
-            return True
         finally:
             _stop(self.pool)
             if self.bar is not None:
                 self.bar.close()
-        return False
 
-    def start_worker(self) -> _Worker:
+    def start_worker(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe()
-        process = self.ctx.Process(target=_worker, args=(child, os.getpid()), name="attnres-sweep-worker", daemon=True)
+        process = self.ctx.Process(
+            target=_worker, args=(child, os.getpid(), slot, self.workers), name="attnres-sweep-worker", daemon=True
+        )
         process.start()
         child.close()
-        return _Worker(process, parent)
+        return _Worker(process, parent, slot=slot)
 
     def advance(self, index: int, step: int) -> None:
         """Move the bar to ``index``'s new step (and say which runs train, at which step)."""
@@ -356,7 +362,7 @@ class _Launcher:
                     raise RuntimeError(
                         f"sweep worker processes keep dying (last exit code {w.process.exitcode})"
                     ) from None
-                self.pool.append(self.start_worker())
+                self.pool.append(self.start_worker(w.slot))
                 return
             w.task = index
 
@@ -415,7 +421,7 @@ class _Launcher:
         self.pool.remove(w)
         w.conn.close()
         if self.pending or self.deferred:
-            self.pool.append(self.start_worker())
+            self.pool.append(self.start_worker(w.slot))
 
 
 def _ready(deferred: dict[int, float], dirs: list[Path], poll_s: float) -> int | None:
@@ -446,7 +452,9 @@ def _stop(pool: list[_Worker]) -> None:
 
 
 def _progress(total: int, initial: int, sweep: str, enabled: bool):
-    if not enabled:
+    """The sweep's bar, on a terminal only: redirected to a file, a bar is thousands of carriage-return updates (4,106
+    in one demo's log), so a log gets one plain line per finished run instead."""
+    if not enabled or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 

@@ -70,6 +70,8 @@ class PlanRow:
     epochs: float | None = None  # passes over the training split (None: the data is not prepared yet)
     memory_gib: float | None = None  # estimated peak per device (None: runtime.device_memory_gb is not set)
     memory_problem: str | None = None  # why the run will not fit and what would (None: it fits)
+    device: str = "cpu"  # cpu | gpu: the kind of device the estimate is for
+    devices: int = 1  # devices the run holds while it trains (nodes x GPUs per node on SLURM)
 
 
 def eval_flops(run: PlannedRun) -> float:
@@ -113,15 +115,25 @@ def measured_rates(results: str | Path | None, sweep: str) -> dict[tuple, float]
 
 
 def plan(
-    grid: Grid, results: str | Path | None = None, launcher: str = "local", flops_per_s: float | None = None
+    grid: Grid,
+    results: str | Path | None = None,
+    launcher: str = "local",
+    flops_per_s: float | None = None,
+    flops_file: str | Path | None = None,
 ) -> list[PlanRow]:
-    """One row per run of the grid, in grid order (a grid not tuned yet: its runs with a stand-in lr)."""
+    """One row per run of the grid, in grid order (a grid not tuned yet: its runs with a stand-in lr).
+    ``flops_file``: per-device FLOP/s measured (:func:`sweeps.packing.file_rates`), before the results' own."""
     runs = expand_runs(grid, results, untuned_ok=True)
     if launcher == "slurm":
         from sweeps.slurm import slurm_groups
 
         slurm_groups(runs)  # the batch must split over each run's GPUs
-    return plan_rows(runs, measured_rates(results, grid.name), results, launcher, flops_per_s, grid)
+    rates = measured_rates(results, grid.name)
+    if flops_file is not None:
+        from sweeps.packing import file_rates
+
+        rates = {**rates, **{("file", *k): v for k, v in file_rates(flops_file).items()}}
+    return plan_rows(runs, rates, results, launcher, flops_per_s, grid)
 
 
 def tuning_plan(
@@ -242,8 +254,11 @@ def plan_rows(
             cfg.model.residual,
             cfg.model.effective_n_blocks,
         )
+        measured = ("file", cfg.model.n_layer, cfg.model.d_model, run.variant)
         if flops_per_s:
             rate, source = flops_per_s * max(1, devices), "given"
+        elif measured in rates or ("file", "*") in rates:
+            rate, source = rates.get(measured, rates.get(("file", "*"))) * max(1, devices), "file"
         elif shape in rates:
             rate, source = rates[shape], "calibrated"
         elif ("*", kind) in rates:
@@ -285,6 +300,8 @@ def plan_rows(
                 None if (n := data[cfg.data].train_tokens) is None else budget.tokens / n,
                 memory_gib,
                 memory_problem,
+                kind,
+                max(1, devices),
             )
         )
     return rows
@@ -297,7 +314,35 @@ def human_time(seconds: float) -> str:
         return f"{seconds / 60:.0f}m"
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+    if seconds < 2 * YEAR_S:
+        return f"{seconds / 86400:,.1f}d"
+    return f"{seconds / YEAR_S:,.0f} years"
+
+
+YEAR_S = 365.25 * 86400
+# What the default throughputs are, said wherever a plan uses one: neither is measured on the machine planned for.
+DEFAULT_SOURCE = {
+    "cpu": "fitted to the committed CPU study's runs on an idle 2-core machine",
+    "gpu": "an A100/H100-class guess, never measured on this project's runs",
+}
+
+
+def throughput_text(rows: list[PlanRow], launcher: str) -> str:
+    """The throughput behind the estimates: measured (calibrated), given, or which defaults, with their figures."""
+    sources = sorted({r.rate_source for r in rows})
+    text = f"throughput: {'/'.join(sources)}"
+    kinds = sorted({r.device for r in rows if r.rate_source == "default"})
+    if not kinds:
+        return text + "; see --flops-per-s"
+    figures = {
+        "cpu": f"{DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s and {1e3 * STEP_OVERHEAD_S['cpu']:.3g} ms a step per CPU run",
+        "gpu": f"{DEFAULT_FLOPS_PER_S['gpu']:.2g} FLOP/s per GPU",
+    }
+    assumed = "; ".join(f"{figures[k]} ({DEFAULT_SOURCE[k]})" for k in kinds)
+    return (
+        f"{text}; the defaults are not measured here: {assumed}; once a few runs have finished the plan uses their "
+        "speed, or give --flops-per-s"
+    )
 
 
 def human_count(value: float) -> str:
@@ -314,6 +359,7 @@ def format_plan(
     parallel: int = 1,
     tuning: list[PlanRow] = (),
     data: list[DataSummary] = (),
+    gpus: int | None = None,
 ) -> str:
     """The plan as a fixed-width table with a totals line (and the tuning that comes first, if any)."""
     header = (
@@ -345,19 +391,22 @@ def format_plan(
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged", "reuse"))
-    sources = sorted({r.rate_source for r in rows})
     wall = total_s / max(1, parallel) + (SWEEP_OVERHEAD_S if launcher == "local" and total_s else 0.0)
-    how = "one after another on this machine's CPU" if launcher == "local" else f"up to {parallel} at a time"
+    on_cpu = all(r.device == "cpu" for r in rows)
+    here = "this machine's CPU" if on_cpu else "this machine"
+    how = f"one after another on {here}" if launcher == "local" else f"up to {parallel} at a time"
     lines.append(
         f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
-        f"for the unfinished runs ({how}; throughput: {'/'.join(sources)}"
-        + (
-            f", {DEFAULT_FLOPS_PER_S['cpu']:.2g} FLOP/s and {1e3 * STEP_OVERHEAD_S['cpu']:.3g} ms per step per CPU run"
-            if "default" in sources and launcher == "local"
-            else ""
-        )
-        + "; see --flops-per-s)"
+        f"for the unfinished runs ({how}; {throughput_text(rows, launcher)})"
     )
+    grid_gpus = int((grid.slurm or {}).get("gpus_per_node") or 0)
+    if launcher == "local" and on_cpu and grid_gpus and not gpus:
+        lines.append(
+            f"note: this grid asks SLURM for {grid_gpus} GPU(s) per node (slurm.gpus_per_node): it is sized for a "
+            "cluster, not this CPU; plan it with --launcher slurm or --gpus N"
+        )
+    if gpus:
+        lines.extend(packing_lines(rows, gpus))
     for summary in data or ():
         lines.append(summary.line())
     if memory:
@@ -401,6 +450,32 @@ def rate_sweep_lines(rows: list[PlanRow]) -> list[str]:
         "least) and flags a minimum at an end of the rates (EDGE): add rates past that end to the grid's lr: "
         "(the runs already trained keep their ids)"
     ]
+
+
+def packing_lines(rows: list[PlanRow], gpus: int) -> list[str]:
+    """``--gpus N``: the unfinished runs packed onto N devices (:mod:`sweeps.packing`): elapsed time, utilisation,
+    and the runs that strand devices or cannot run at all."""
+    from sweeps.packing import Job, pack
+
+    todo = [r for r in rows if r.status not in ("done", "diverged", "reuse")]
+    packed = pack([Job(r.run_id, r.devices, r.est_s) for r in todo], gpus)
+    sizes = sorted({r.devices for r in todo})
+    lines = [
+        f"packed onto {gpus} devices ({'/'.join(map(str, sizes)) or '-'} per run): {human_time(packed.elapsed_s)} "
+        f"elapsed for the unfinished runs, the longest first as devices free up; {packed.utilisation:.0%} of the "
+        f"device time busy (the sum of the runs: {human_time(sum(r.est_s * r.devices for r in todo) / gpus)} "
+        "if they packed perfectly)"
+    ]
+    by_id = {r.run_id: r for r in todo}
+    for run_id, idle in packed.stranded.items():
+        r = by_id[run_id]
+        lines.append(
+            f"  strands {idle} device(s): {run_id} ({r.devices} devices, {human_time(r.est_s)}) leaves {idle} free "
+            f"that no waiting run fits in"
+        )
+    for run_id in packed.too_big:
+        lines.append(f"  never runs: {run_id} needs {by_id[run_id].devices} devices, more than {gpus}")
+    return lines
 
 
 def memory_lines(rows: list[PlanRow]) -> list[str]:

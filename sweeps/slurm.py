@@ -91,6 +91,15 @@ class SlurmResources:
     """Extra sbatch options, e.g. {mail-type: END, reservation: big}; they win over the ones above."""
     setup: tuple[str, ...] = ()
     """Shell lines run in the sbatch script before the task starts, e.g. ['module load cuda/12.4']."""
+    env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Environment variables exported in the sbatch script before the task starts (and before `setup`), e.g. the NCCL
+    settings of sweeps/paper.yaml: {TORCH_NCCL_ASYNC_ERROR_HANDLING: 1, NCCL_SOCKET_IFNAME: ib0}."""
+
+    def exports(self) -> list[str]:
+        """The ``env`` mapping as sbatch script lines."""
+        import shlex
+
+        return [f"export {name}={shlex.quote(str(value))}" for name, value in self.env.items()]
 
     @property
     def tasks(self) -> int:
@@ -110,7 +119,7 @@ class SlurmResources:
         return tuple((f.name, repr(getattr(self, f.name))) for f in dataclasses.fields(self))
 
 
-_SCALARS = [f.name for f in dataclasses.fields(SlurmResources) if f.name not in ("additional", "setup")]
+_SCALARS = [f.name for f in dataclasses.fields(SlurmResources) if f.name not in ("additional", "setup", "env")]
 _FIELDS = [f.name for f in dataclasses.fields(SlurmResources)]
 
 
@@ -141,7 +150,14 @@ def resources(data: Mapping[str, Any], where: str = "slurm.") -> SlurmResources:
         setup = (setup,)
     if not isinstance(setup, (list, tuple)) or not all(isinstance(s, str) for s in setup):
         raise ConfigError(f"{where}setup must be a list of shell lines, got {setup!r}")
-    res = SlurmResources(**{k: getattr(typed, k) for k in _SCALARS}, additional=dict(additional), setup=tuple(setup))
+    env = data.get("env") or {}
+    if not isinstance(env, Mapping) or not all(str(k).isidentifier() for k in env):
+        raise ConfigError(f"{where}env must be a mapping of environment variable names to values, got {env!r}")
+    if any(isinstance(v, (Mapping, list, tuple)) or v is None for v in env.values()):
+        raise ConfigError(f"{where}env values must be strings or numbers, got {dict(env)!r}")
+    res = SlurmResources(
+        **{k: getattr(typed, k) for k in _SCALARS}, additional=dict(additional), setup=tuple(setup), env=dict(env)
+    )
     for name in ("time_min", "nodes", "cpus_per_task", "array_parallelism"):
         if getattr(res, name) < 1:
             raise ConfigError(f"{where}{name} must be at least 1, got {getattr(res, name)}")
@@ -333,7 +349,7 @@ def executor_for(submitit: Any, folder: Path, res: SlurmResources, name: str, de
         "slurm_qos": res.qos,
         "slurm_constraint": res.constraint,
         "slurm_exclusive": True if res.exclusive else None,
-        "slurm_setup": list(res.setup) or None,
+        "slurm_setup": res.exports() + list(res.setup) or None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     executor.update_parameters(**params)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.storage.schema import RUN_FILE
+from attnres.training.checkpoints import checkpoint_state
 from attnres.variants import Variant
 from sweeps.claim import is_locked, read_status
 from sweeps.grid import PlannedRun
@@ -78,7 +79,7 @@ def folder_state(run_dir: Path, size: str, variant: str, queue: dict[str, str] |
         state, detail = "failed", row.get("error") or "see the run's log"
     elif status == "running":
         ended = f"SLURM job {job} ended" + (f" ({job_state})" if job_state else "") if job else "stopped"
-        state, detail = "interrupted", f"{ended} at {progress}; resumes on the next `sweep run`"
+        state, detail = "interrupted", f"{ended} at {progress}; {_resume_text(run_dir)}"
     elif (run_dir / RUN_FILE).exists():  # a row that cannot be trusted: trained again, so say so
         state, detail = "unreadable", f"{run_dir / RUN_FILE} cannot be read; the next `sweep run` trains it again"
     elif job and queue is not None:  # its job is gone and never wrote a status: it failed before training
@@ -98,6 +99,18 @@ def folder_state(run_dir: Path, size: str, variant: str, queue: dict[str, str] |
         job,
         job_state,
     )
+
+
+def _resume_text(run_dir: Path) -> str:
+    """Where the next attempt starts, as the checkpoints say (a damaged one is named, not promised)."""
+    usable, damaged = checkpoint_state(run_dir)
+    if damaged:
+        path, why = damaged[0]
+        then = f"resumes from {usable.name}" if usable else "trains it again from step 0"
+        return f"its checkpoint {path.name} is damaged ({why}): the next `sweep run` sets it aside and {then}"
+    if usable is None:
+        return "no checkpoint yet: the next `sweep run` trains it from step 0"
+    return f"resumes from {usable.name} on the next `sweep run`"
 
 
 def sweep_status(planned: list[PlannedRun], results: str | Path) -> list[RunState]:

@@ -21,6 +21,7 @@ optuna, torch and lightning are imported when tuning starts.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -148,15 +149,18 @@ def tune(
     storage: str | None = None,
     threads: int | None = None,
     log: Callable[[str], None] = print,
+    runtime: dict[str, Any] | None = None,
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Tune every (size, variant) and write the tuned file; returns the best values per (size, variant).
+
+    ``runtime``: runtime.* settings every trial trains with (a SLURM tuner's device: :mod:`sweeps.tune_slurm`).
 
     ``variants``: labels (baseline, full, block<N>) or ``["all"]`` for every variant of the grid (the same
     tuning budget for each); default the grid's ``tune.variants`` (the baseline).
     """
     import optuna
 
-    from sweeps.local_pool import available_cores
+    from attnres.runtime import CpuShare
 
     spec = grid.tune
     if spec.budget is None:
@@ -166,9 +170,16 @@ def tune(
     chosen = _chosen_sizes(grid, sizes)
     check_writer(grid.tuned_file(results), grid.name, grid.tune_owner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for handler in optuna.logging.get_logger("optuna").handlers:  # on the handler: the record comes from a child
+        handler.addFilter(_not_interrupted)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     store = storage_for(grid, results, storage)
-    threads = threads or available_cores()
+    if threads is None:  # the free cores: on a busy machine more threads only wait, and spin (attnres.runtime)
+        share = CpuShare.now()
+        threads = share.threads(1)
+        if note := share.note(1, threads):
+            log(f"attnres tune: {note}")
+    runtime = {**(runtime or {}), "threads": threads, "progress_bar": False}
     best: dict[tuple[str, str], dict[str, Any]] = {}
     trials_dir = Path(results) / grid.tune_sweep
     tuner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # unique even if a dead pid is reused
@@ -177,9 +188,9 @@ def tune(
         for size in chosen:
             for label in _labels(grid, size, variants):
                 name = f"{grid.name}/{size.name}/{label}"
-                entry = _tune_one(grid, size, label, name, store, results, threads, tuner, trials, trials_dir, log)
+                entry = _tune_one(grid, size, label, name, store, results, runtime, tuner, trials, trials_dir, log)
                 entry = _confirm_finalists(
-                    grid, size, label, name, store, results, threads, tuner, trials_dir, log, entry
+                    grid, size, label, name, store, results, runtime, tuner, trials_dir, log, entry
                 )
                 if entry is None:
                     continue
@@ -222,7 +233,7 @@ def at_edge(lr: float, tried: list[float], low: float, high: float) -> str | Non
     return None
 
 
-def _tune_one(grid, size, label, name, store, results, threads, tuner, trials, trials_dir, log):
+def _tune_one(grid, size, label, name, store, results, runtime, tuner, trials, trials_dir, log):
     """One (size, variant): its study, then, while the best learning rate sits at an edge of the range searched,
     a study of the range beyond that edge (:data:`WIDEN` times further, at most ``tune.widen`` times, with half
     the trials); the best of all of them, with the whole range searched and how it was reached."""
@@ -243,7 +254,7 @@ def _tune_one(grid, size, label, name, store, results, threads, tuner, trials, t
             sampler=sampler_for(grid, study_name),
             pruner=_pruner(grid),
         )
-        objective = _objective(grid, size, label, results, threads, tuner, search)
+        objective = _objective(grid, size, label, results, runtime, tuner, search)
         entry = _run_study(study, objective, count if widened == 0 else max(3, count // 2), trials_dir, spec, log)
         if entry is not None and (best is None or entry["val_loss"] < best["val_loss"]):
             best = entry
@@ -270,7 +281,7 @@ def _tune_one(grid, size, label, name, store, results, threads, tuner, trials, t
     return best
 
 
-def _confirm_finalists(grid, size, label, name, store, results, threads, tuner, trials_dir, log, best):
+def _confirm_finalists(grid, size, label, name, store, results, runtime, tuner, trials_dir, log, best):
     """The ``tune.finalists`` best trials of the search trained again with a second seed (study
     ``<name>/finalists``, enqueued, never pruned), and the winner chosen by the mean over both seeds: one seed's
     luck does not pick the learning rate. The entry records each finalist's losses."""
@@ -293,7 +304,7 @@ def _confirm_finalists(grid, size, label, name, store, results, threads, tuner, 
     )
     for t in finalists:
         study.enqueue_trial(t.params, user_attrs={"seed": second}, skip_if_exists=True)
-    objective = _objective(grid, size, label, results, threads, tuner, tuple(best["lr_range"]))
+    objective = _objective(grid, size, label, results, runtime, tuner, tuple(best["lr_range"]))
     log(f"{name}: the {len(finalists)} best value(s) again with seed {second}")
     _run_study(study, objective, len(finalists), trials_dir, spec, log)
     again = {t.params["lr"]: t.value for t in study.get_trials(states=complete)}
@@ -325,6 +336,13 @@ def pick_finalists(trials: list[Any], count: int, spacing: float) -> list[Any]:
     return chosen
 
 
+def _not_interrupted(record: logging.LogRecord) -> bool:
+    """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback; the command says it in one line
+    (the trial is not counted, and the same command samples it again)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit))
+
+
 def _chosen_sizes(grid: Grid, sizes: list[str] | None) -> list[Size]:
     chosen = [s for s in grid.sizes if not sizes or s.name in sizes]
     if sizes and len(chosen) != len(set(sizes)):
@@ -348,7 +366,13 @@ def _labels(grid: Grid, size: Size, variants: list[str] | None) -> list[str]:
 
 
 def _objective(
-    grid: Grid, size: Size, label: str, results: str | Path, threads: int, tuner: str, lr_range: tuple[float, float]
+    grid: Grid,
+    size: Size,
+    label: str,
+    results: str | Path,
+    runtime: dict[str, Any],
+    tuner: str,
+    lr_range: tuple[float, float],
 ):
     """Optuna's objective for one (size, variant): train the trial's run (or resume it) and return its val_loss."""
     import optuna
@@ -373,7 +397,7 @@ def _objective(
         if spec.match_schedule and not spec.warmup_frac:  # a searched warm-up is the trial's own
             train = {**schedule, **train}
         cfg = make_run(grid, size, label, spec.budget, seed, sweep=grid.tune_sweep, train=train)
-        cfg = with_runtime(cfg, threads=threads, progress_bar=False)
+        cfg = with_runtime(cfg, **runtime)
         run_dir = run_dir_for(cfg, results)
         trial.set_user_attr("run_id", cfg.run_id)
         callback = pruning_callback(trial, no_pruning_before=_no_pruning_before(cfg, spec.min_prune_frac))

@@ -14,6 +14,15 @@ needs_cxx = pytest.mark.skipif(
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The default suite is a CPU suite: with a GPU visible, runs with runtime.accelerator=auto would train on it
+    (other numbers, bf16) and several test processes would share it. So every GPU is hidden, from this process and the
+    runs it starts, unless the GPU tests are selected (`pytest -m gpu`). Before anything initialises CUDA."""
+    selection = (config.getoption("markexpr") or "").replace("not gpu", "")
+    if "gpu" not in selection:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def token_cache(tmp_path_factory):
     """Keep the tests' token cache out of the user's ~/.cache (and shared by every test of the session)."""

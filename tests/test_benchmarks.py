@@ -158,3 +158,16 @@ def test_the_preparation_benchmark_checks_its_tokens_against_one_go_tokenization
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "peak RSS" in done.stdout and "equal to one-go tokenization: True" in done.stdout
+
+
+def test_the_load_benchmark_runs_end_to_end(tmp_path):
+    """benchmarks/bench_load.py on one smoke run (no timing assertions: the lead runs it on a quiet machine)."""
+    from benchmarks import bench_load
+
+    out = tmp_path / "load.json"
+    assert (
+        bench_load.main(["--grid", "smoke", "--runs", "1", "--hogs", "1", "--settle-s", "0", "--json", str(out)]) == 0
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["label"] for r in rows] == ["quiet", "busy, chosen", "busy, as before"]
+    assert all(r["seconds"] > 0 for r in rows) and all("ratio_to_quiet" in r for r in rows[1:])

@@ -7,6 +7,7 @@ it runs), and heavy imports happen inside the commands, so ``attnres --help`` st
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -21,6 +22,9 @@ COMMAND_MODULES = [
     "reports.cli",  # attnres report
     "attnres.cli.demo",  # attnres demo
 ]
+
+
+TRAINING_COMMANDS = ("train", "tune", "demo")  # with `sweep run` and `sweep throughput`: they start Lightning
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,29 +45,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """What an interrupted command left and how to go on (every command is safe to run again)."""
+    command = args.command if args.command != "sweep" else f"sweep {args.sweep_command}"
+    return {
+        "train": "the run is resumable: the same command resumes it from its last checkpoint",
+        "sweep run": "finished runs are kept; `sweep run` resumes the others from their checkpoints",
+        "demo": "finished runs are kept; the same command resumes the others and goes on to the report",
+        "tune": "finished trials are kept; the same command continues the search",
+        "data": "finished units are kept; the same command resumes the preparation",
+    }.get(command, "nothing was written; run the same command again")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops a positional list at the first option, so `train --no-progress model.n_layer=2` would call
+    # the override unrecognized: key=value items after an option are the command's items too
+    listed = next((name for name in ("items", "overrides") if isinstance(getattr(args, name, None), list)), None)
+    if extra and listed and all("=" in item and not item.startswith("-") for item in extra):
+        getattr(args, listed).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    from analysis.errors import AnalysisError
     from attnres.config import ConfigError
+    from attnres.runtime import Terminated, one_line_warnings, raise_on_termination
+
+    raise_on_termination()
+    one_line_warnings(f"attnres {args.command}")
 
     try:
+        if args.command in TRAINING_COMMANDS or getattr(args, "sweep_command", None) in ("run", "throughput"):
+            from attnres.runtime import check_environment
+
+            check_environment()
         return int(args.func(args) or 0)
-    except ConfigError as err:
+    except (ConfigError, AnalysisError) as err:
         print(f"attnres {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"attnres {args.command}: interrupted (Ctrl-C); {_resume_hint(args)}", file=sys.stderr)
         return 130
+    except Terminated as err:
+        print(f"attnres {args.command}: stopped by {err.name}; {_resume_hint(args)}", file=sys.stderr)
+        return int(err.code)
     except BrokenPipeError:
         # the reader went away (`attnres fit ... | head`): stop quietly, as Unix tools do, and keep the
         # interpreter's final flush of stdout from raising again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as err:
-        if err.filename is None:  # not about a path the user gave: a bug or the machine, keep the traceback
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+        if err.filename is None and not full:  # not about a path or the disk: a bug or the machine, keep the traceback
             raise
-        where = err.filename + (f" -> {err.filename2}" if err.filename2 else "")
-        print(f"attnres {args.command}: error: cannot write or read {where}: {err.strerror}", file=sys.stderr)
+        where = (
+            f" {err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename is not None else ""
+        )
+        fix = "; free some space and run the same command again (finished work is kept)" if full else ""
+        print(f"attnres {args.command}: error: cannot write or read{where}: {err.strerror}{fix}", file=sys.stderr)
         return 2
 
 

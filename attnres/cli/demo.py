@@ -23,21 +23,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--results", default="results", help="results root (default: ./results)")
     parser.add_argument("--out", help="report folder (default: RESULTS/<sweep>-report)")
     parser.add_argument("--grid", default="demo", help="the grid to run (a shipped name or a YAML file)")
-    parser.add_argument("--workers", type=int, default=1, help="parallel training processes (default 1)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="parallel training processes (default: one per free core, at most 4; 1 on a busy machine)",
+    )
+    parser.add_argument("--threads", type=int, help="torch threads per worker (default: the free cores // workers)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.output import check_output_folder
+    from attnres.config import ConfigError
+    from attnres.runtime import CpuShare
+    from attnres.storage.writable import folder_problem
     from sweeps import expand, load_grid, run_grid
+    from sweeps.cli import check_counts
 
+    check_counts(args, "workers", "threads")
     started = time.perf_counter()
     grid = load_grid(args.grid)
     results = Path(args.results)
     out = Path(args.out) if args.out else results / f"{grid.name}-report"
     runs = expand(grid)
+    check_output_folder(out, "the report folder")  # both before the training, which takes minutes
+    if why := folder_problem(results / grid.name):
+        raise ConfigError(f"cannot write the results folder {results / grid.name}: {why}; pick another --results")
     print(f"attnres demo: {len(runs)} runs of grid '{grid.name}' ({grid.description}) -> {results / grid.name}")
-    summary = run_grid(grid, results, workers=args.workers, progress=not args.no_progress)
+    # tiny models: side by side on the cores that are free beats more threads each (attnres.runtime.CpuShare)
+    workers = args.workers or CpuShare.now().workers_for(len(runs))
+    summary = run_grid(grid, results, workers=workers, threads=args.threads, progress=not args.no_progress)
     if summary.trained == 0:
         print("every run was already finished: nothing trained, reusing them")
     problems = [r for r in summary.runs if r.status not in ("done",)]

@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("items", nargs="*", metavar="CONFIG.yaml | key=value", help="a YAML config, then overrides")
-    parser.add_argument("--results", default="results", help="results root (default: ./results)")
-    parser.add_argument("--out", help="the run folder (default: RESULTS/<sweep>/<run_id>)")
+    parser.add_argument("--results", help="results root (default: ./results); not with --out")
+    parser.add_argument("--out", help="the run folder itself (default: RESULTS/<sweep>/<run_id>); not with --results")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -39,15 +39,24 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnres.config import resolve_run_config
+    from attnres.config import ConfigError, resolve_run_config
 
+    if args.out and args.results:  # one of them would be ignored without a word
+        raise ConfigError(
+            f"--out {args.out} is the run folder itself and --results {args.results} the root a run folder is made "
+            "under; give one of them"
+        )
     config, overrides = split_items(args.items)
-    from attnres.data.corpus import with_data_vocab
+    from attnres.config import apply_overrides, load_yaml
+    from attnres.data.corpus import check_given_settings, with_data_vocab
 
-    cfg = with_data_vocab(resolve_run_config(config, overrides))  # the run id counts the data's vocabulary
+    cfg = resolve_run_config(config, overrides)
+    given = apply_overrides(load_yaml(config) if config else {}, overrides).get("data") or {}
+    check_given_settings(cfg.data, list(given))
+    cfg = with_data_vocab(cfg)  # the run id counts the data's vocabulary
     from attnres.training.run import run_dir_for, train
 
-    run_dir = Path(args.out) if args.out else run_dir_for(cfg, args.results)
+    run_dir = Path(args.out) if args.out else run_dir_for(cfg, args.results or "results")
 
     print(f"run {cfg.run_id} -> {run_dir}")
     result = train(cfg, run_dir, progress=False if args.no_progress else None)

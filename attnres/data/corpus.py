@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -159,13 +159,23 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     return Corpus(streams["train"], streams["val"], folder, manifest, pieces)
 
 
-def _check_settings(cfg: DataConfig, manifest: dict[str, Any], folder: Path) -> None:
-    """A prepared folder carries its own tokenizer and split: a run config that asks for other ones is told so."""
+def check_given_settings(cfg: DataConfig, given: Collection[str]) -> None:
+    """The data settings a user wrote (``given``: their names, e.g. from ``data.tokenizer=bytes``) checked against
+    the prepared folder ``cfg`` names, even where they equal the defaults: ``data.tokenizer=bytes`` on a BPE folder
+    asks for bytes, and would otherwise train on BPE tokens without a word."""
+    folder = Path(cfg.corpus).expanduser()
+    if given and is_prepared_folder(cfg.corpus) and (folder / MANIFEST).is_file():
+        _check_settings(cfg, read_manifest(folder), folder, given)
+
+
+def _check_settings(cfg: DataConfig, manifest: dict[str, Any], folder: Path, given: Collection[str] = ()) -> None:
+    """A prepared folder carries its own tokenizer and split: a run config that asks for other ones is told so (a
+    setting at its default counts as asked for only when it is in ``given``)."""
     defaults = DataConfig()
     theirs = {"tokenizer": manifest["tokenizer"]["spec"], "text_field": manifest["text_field"], **manifest["split"]}
     for name in ("tokenizer", "text_field", "val_fraction", "chunk_bytes", "split_seed"):
         mine = getattr(cfg, name)
-        if mine != getattr(defaults, name) and mine != theirs[name]:
+        if (mine != getattr(defaults, name) or name in given) and mine != theirs[name]:
             raise DataError(
                 f"data.{name}={mine!r}, but {folder} was prepared with {theirs[name]!r}; drop data.{name} (a prepared "
                 "folder brings its own) or prepare the source again with it"

@@ -23,10 +23,12 @@ the proportion the training split does, and no training window overlaps a valida
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -283,7 +285,8 @@ def _work(job: tuple[int, tuple[sources.Range, ...], str]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- the whole
-def _check_request(out: Path, spec: PrepareSpec, files: list[Path]) -> None:
+def _check_request(out: Path, spec: PrepareSpec, files: list[Path]) -> bool:
+    """Refuse a folder that holds another preparation; record this one's request. True if it is new here."""
     request = {"format": FORMAT, "spec": dataclasses.asdict(spec), "files": file_identity(files)}
     path = out / REQUEST
     if path.is_file():
@@ -299,10 +302,11 @@ def _check_request(out: Path, spec: PrepareSpec, files: list[Path]) -> None:
             else:
                 what = "the same source as it was before its files changed"
             raise DataError(f"{out} holds a preparation with {what}; prepare into another folder (--out) or delete it")
-        return
+        return False
     if out.exists() and any(p.name not in (LOCK,) for p in out.iterdir()):
         raise DataError(f"{out} is not empty and holds no preparation; prepare into an empty or new folder (--out)")
     atomic_write_bytes(path, json.dumps(request, indent=1).encode())
+    return True
 
 
 def is_prepared(out: Path) -> bool:
@@ -322,32 +326,65 @@ def prepare(
             f"{label}={spec.source!r}: token files (.bin, .npy) take the tokenizer tokens:<vocab> (their vocabulary "
             "size), and only they do"
         )
+    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this call creates
     out.mkdir(parents=True, exist_ok=True)
-    with locks.exclusive(
-        out / LOCK, wait=lambda who: _say(f"attnres data: waiting for {out}, being prepared by {who}")
-    ):
-        _check_request(out, spec, files)
-        units = sources.plan_units(files, spec.unit_bytes)
-        if is_prepared(out):
-            digest = json.loads((out / MANIFEST).read_text())["tokenizer"]["hash"]
-            if all(_unit_done(out, i, digest) is not None for i in range(len(units))):
-                return out
-            _say(f"attnres data: {out} has missing or damaged shards; rebuilding them")
-            (out / MANIFEST).unlink()
-        for stale in [*out.glob(".*.tmp"), *out.glob("units/.*.tmp")]:  # a killed preparation's; we hold the lock
-            stale.unlink(missing_ok=True)
-        tokenizer = _tokenizer(spec, out, files, units)
-        records: dict[int, dict[str, Any]] = {}
-        for i in range(len(units)):
-            if (record := _unit_done(out, i, tokenizer.hash)) is not None:
-                records[i] = record
-        todo = [i for i in range(len(units)) if i not in records]
-        writer_id = f"pid {os.getpid()} on {socket.gethostname()}"
-        total = sum(sum(files[r.index].stat().st_size for r in units[i]) for i in todo)
-        if todo:
-            records.update(_run_units(spec, out, files, units, todo, tokenizer, writer_id, workers, total, progress))
-        _write_manifest(spec, out, files, units, records, tokenizer, label)
+    try:
+        with locks.exclusive(
+            out / LOCK, wait=lambda who: _say(f"attnres data: waiting for {out}, being prepared by {who}")
+        ):
+            new = _check_request(out, spec, files)
+            try:
+                _prepare_locked(spec, out, files, workers, progress, label)
+            except DataError:
+                # Bad input found part way (a truncated .gz, a null row): fixing it changes the files, and then this
+                # folder's request no longer matches them, so what this call began is of no use; remove it, so that
+                # the error leaves nothing behind. A folder it resumed, or Ctrl-C, keeps its work.
+                if new:
+                    _empty_folder(out)
+                raise
+    except DataError:
+        if made and not any(p.name != LOCK for p in out.iterdir()):
+            (out / LOCK).unlink(missing_ok=True)
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
     return out
+
+
+def _empty_folder(out: Path) -> None:
+    """Remove everything in ``out`` but its lock (held by this process)."""
+    for entry in out.iterdir():
+        if entry.name == LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _prepare_locked(spec: PrepareSpec, out: Path, files: list[Path], workers: int, progress, label: str) -> None:
+    """The preparation itself, with ``out``'s lock held and its request recorded."""
+    units = sources.plan_units(files, spec.unit_bytes)
+    if is_prepared(out):
+        digest = json.loads((out / MANIFEST).read_text())["tokenizer"]["hash"]
+        if all(_unit_done(out, i, digest) is not None for i in range(len(units))):
+            return
+        _say(f"attnres data: {out} has missing or damaged shards; rebuilding them")
+        (out / MANIFEST).unlink()
+    for stale in [*out.glob(".*.tmp"), *out.glob("units/.*.tmp")]:  # a killed preparation's; we hold the lock
+        stale.unlink(missing_ok=True)
+    tokenizer = _tokenizer(spec, out, files, units)
+    records: dict[int, dict[str, Any]] = {}
+    for i in range(len(units)):
+        if (record := _unit_done(out, i, tokenizer.hash)) is not None:
+            records[i] = record
+    todo = [i for i in range(len(units)) if i not in records]
+    writer_id = f"pid {os.getpid()} on {socket.gethostname()}"
+    total = sum(sum(files[r.index].stat().st_size for r in units[i]) for i in todo)
+    if todo:
+        records.update(_run_units(spec, out, files, units, todo, tokenizer, writer_id, workers, total, progress))
+    _write_manifest(spec, out, files, units, records, tokenizer, label)
 
 
 def _run_units(spec, out, files, units, todo, tokenizer, writer_id, workers, total, progress) -> dict:

@@ -22,6 +22,7 @@ import glob
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -83,7 +84,32 @@ def source_files(source: str, label: str = "data.corpus") -> list[Path]:
         raise DataError(f"{label}={source!r} holds no text (every file is empty)")
     if len({kind_of(f) == "tokens" for f in files}) > 1:
         raise DataError(f"{label}={source!r} mixes token files (.bin, .npy) with text; prepare them separately")
+    for f in files:
+        _check_gzip_header(f)
     return files
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _check_gzip_header(path: Path) -> None:
+    """A ``.gz`` file that is not gzip at all, refused up front (two bytes read); a truncated one can only be found
+    by reading it to its end, so :func:`_gzip_errors` says that when the preparation gets there."""
+    if not path.name.lower().endswith(".gz") or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            raise DataError(f"{path}: not a gzip file, though it is named .gz; compress it with gzip, or drop the .gz")
+
+
+def _gzip_errors(path: Path, pieces: Iterator) -> Iterator:
+    """``pieces`` read from a .gz file, its damage (a truncated or corrupt stream) said as one :class:`DataError`."""
+    try:
+        yield from pieces
+    except EOFError:
+        raise DataError(f"{path}: the gzip stream ends early (a truncated file); fetch or compress it again") from None
+    except (gzip.BadGzipFile, zlib.error) as err:
+        raise DataError(f"{path}: a damaged gzip stream ({err}); download or compress it again") from None
 
 
 def is_tokens(piece: object) -> bool:
@@ -224,10 +250,7 @@ def _text_pieces(path: Path, rng: Range, chunk_bytes: int) -> Iterator[tuple[byt
             if left is not None:
                 left -= len(block)
             final = not block or left == 0
-            try:
-                _check_utf8(decoder, block, str(path), offset, final)
-            except EOFError:  # a truncated .gz
-                raise DataError(f"{path}: the gzip stream ends early (a truncated file)") from None
+            _check_utf8(decoder, block, str(path), offset, final)
             offset += len(block)
             pieces, rest = cut_pieces(rest + block, chunk_bytes, final)
             for i, piece in enumerate(pieces):
@@ -288,10 +311,18 @@ def _parquet_pieces(path: Path, column: str, chunk_bytes: int) -> Iterator[tuple
             f"{path}: no column {column!r} (it has {', '.join(map(repr, names))}); set data.text_field / "
             "--text-field to the column that holds the text"
         )
+    row = 0
     for batch in pf.iter_batches(batch_size=1024, columns=[column]):
         values = batch.column(0)
         if not (values.type == "string" or values.type == "large_string"):
             raise DataError(f"{path}: column {column!r} holds {values.type}, not text")
+        if values.null_count:  # a missing document is a hole in the data, not an empty one: said, not skipped
+            first = row + next(i for i, v in enumerate(values.is_null().to_pylist()) if v)
+            raise DataError(
+                f"{path}: column {column!r} is null in {values.null_count:,} row(s) from row {first:,} on; drop or "
+                "fill those rows (e.g. pyarrow's table.filter(pc.is_valid(table[column])))"
+            )
+        row += len(values)
         for text in values.to_pylist():
             if text:
                 yield from _document_pieces(text, chunk_bytes)
@@ -313,5 +344,7 @@ def unit_pieces(
             pieces = _jsonl_pieces(path, text_field, chunk_bytes)
         else:
             pieces = _parquet_pieces(path, text_field, chunk_bytes)
+        if path.name.lower().endswith(".gz"):
+            pieces = _gzip_errors(path, pieces)
         for piece, doc_end in pieces:
             yield rng.index, piece, doc_end

@@ -31,6 +31,9 @@ EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "<|
 BPE_EOT = "<|endoftext|>"
 MIN_BPE_VOCAB = 260  # 256 byte tokens, the end-of-text token, and a few merges
 MAX_VOCAB = 2**32 - 1
+# A BPE trained here: the largest vocabularies in use are about 256k, and a sample rarely yields even that many
+# distinct tokens; above this the model's embedding, not the text, would decide the run's memory.
+MAX_BPE_VOCAB = 2**20
 BYTES_HASH = hashlib.sha256(b"attnres bytes tokenizer v1").hexdigest()
 
 
@@ -46,9 +49,9 @@ def parse_spec(spec: str) -> tuple[str, Any]:
         return "tokens", int(size)
     if text.startswith("bpe:"):
         size = text[4:].replace("_", "")
-        if not size.isdigit() or not MIN_BPE_VOCAB <= int(size) <= MAX_VOCAB:
+        if not size.isdigit() or not MIN_BPE_VOCAB <= int(size) <= MAX_BPE_VOCAB:
             raise DataError(
-                f"tokenizer {spec!r}: bpe:<vocab> takes a vocabulary size from {MIN_BPE_VOCAB} to {MAX_VOCAB:,}, "
+                f"tokenizer {spec!r}: bpe:<vocab> takes a vocabulary size from {MIN_BPE_VOCAB} to {MAX_BPE_VOCAB:,}, "
                 "e.g. bpe:8192"
             )
         return "bpe", int(size)

@@ -168,16 +168,15 @@ class Deposit(Function):
             else:
                 if prev is None:
                     x.copy_(last)
-                elif prev.dtype == x.dtype:
-                    torch.add(prev, last, out=x)  # the block's sum is formed in its slot, never as its own tensor
-                else:
-                    x.copy_(prev + last)  # bf16 sources: summed in bf16, as the reference sums them
+                else:  # the block's sum is formed in its slot (the partial is already in the slot's precision)
+                    torch.add(prev, last, out=x)
                 r = bufs.inv_rms[slot]
                 r.copy_(_inv_rms(x, bufs.eps))
                 logits = bufs.logits[slot, first:]  # (Q - first, B, T)
                 torch.mm(u[first:].to(x.dtype), x.reshape(-1, x.shape[-1]).T, out=logits.view(logits.shape[0], -1))
                 logits.mul_(r)
         ctx.bufs, ctx.slot, ctx.first, ctx.summed = bufs, slot, first, prev is not None
+        ctx.last_dtype = last.dtype
         ctx.save_for_backward(u)
         return last.new_empty(0)
 
@@ -204,7 +203,7 @@ class Deposit(Function):
             dx.addcmul_(x, coef.unsqueeze(-1))
             du = torch.zeros_like(u)
             du[first:] = flat @ x.reshape(-1, x.shape[-1])  # (Q - first, D)
-        return (dx if ctx.summed else None), dx, du, None, None, None
+        return (dx if ctx.summed else None), dx.to(ctx.last_dtype), du, None, None, None
 
 
 class Phase1(Function):
@@ -349,7 +348,7 @@ class Merge(Function):
                 keep, r, logit = keep.view_as(lse), r.view_as(lse), logit.view_as(lse)
             else:
                 h, keep, r, logit, p = Merge._forward(out, lse, prev, last, u, bufs)
-        ctx.bufs, ctx.query, ctx.summed = bufs, query, prev is not None
+        ctx.bufs, ctx.query, ctx.summed, ctx.last_dtype = bufs, query, prev is not None, last.dtype
         ctx.save_for_backward(p, u, weights, r, logit, keep)
         ctx.mark_non_differentiable(keep)
         return h, keep, p
@@ -358,8 +357,12 @@ class Merge(Function):
     def _forward(
         out: Tensor, lse: Tensor, prev: Tensor | None, last: Tensor, u: Tensor, bufs: Buffers
     ) -> tuple[Tensor, ...]:
-        """The forward in torch ops, eager or through the compiled kernel (``bufs.fused``): h, keep, r, logit, p."""
-        p = last.view_as(last) if prev is None else prev + last  # the block's partial sum so far
+        """The forward in torch ops, eager or through the compiled kernel (``bufs.fused``): h, keep, r, logit, p.
+
+        The partial sum is kept in the slots' precision (fp32 under bf16 autocast: the residual stream's, as the
+        baseline's ``h + f(h)`` is fp32), so a block's bf16 outputs are not summed in bf16."""
+        first = last.view_as(last) if last.dtype == out.dtype else last.to(out.dtype)
+        p = first if prev is None else prev + last  # the block's partial sum so far
         pf, uf = p.to(out.dtype), u.to(out.dtype)
         if _fused(bufs):
             h, keep, r, logit = fused_kernels.fused_merge_forward(
@@ -428,4 +431,4 @@ class Merge(Function):
                 dp.addcmul_(a.unsqueeze(-1), uf).addcmul_(pf, c.unsqueeze(-1))
                 du = a.reshape(-1) @ pf.reshape(-1, pf.shape[-1])
         dp = dp.to(p.dtype)  # p = prev + last: both get p's whole gradient
-        return None, None, (dp if ctx.summed else None), dp, du.to(u.dtype), None, None, None
+        return None, None, (dp if ctx.summed else None), dp.to(ctx.last_dtype), du.to(u.dtype), None, None, None

@@ -140,7 +140,8 @@ class ReferenceAttnRes(_AttnResBase):
     def write(self, state: DepthState, layer: int, output: Tensor) -> None:
         state.outputs.append(output)
         first = layer == self.starts[self.block_of[layer]]
-        state.partial = output if first else state.partial + output
+        # summed in at least fp32, like the residual stream (and the two-phase AttnRes): bf16 outputs not in bf16
+        state.partial = at_least_fp32(output) if first else state.partial + output
         if layer + 1 == self.ends[self.block_of[layer]]:
             state.blocks.append(state.partial)
             state.partial = None

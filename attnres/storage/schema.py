@@ -148,6 +148,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None:  # a full disk names no file; the path tells the user which write it stopped
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -195,6 +200,14 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
         missing = [n for n in schema.names if n not in table.column_names]
         if missing:
             raise SchemaError(f"{path}: missing columns {missing}")
+        # a column of another type (flops saved as text by a hand-made file) would fail later, in a sum or a fit
+        wrong = [
+            f"{f.name} is {table.schema.field(f.name).type}, not {f.type}"
+            for f in schema
+            if not table.schema.field(f.name).type.equals(f.type)
+        ]
+        if wrong:
+            raise SchemaError(f"{path}: column types differ from the contract: {'; '.join(wrong)}")
     return table
 
 

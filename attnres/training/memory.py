@@ -27,12 +27,14 @@ import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from attnres.config import ModelConfig, RunConfig
+from attnres.costs import count_params
 from attnres.kernels import cpu as cpu_kernels
 
 GIB = 2**30
@@ -228,21 +230,65 @@ def _describe(own: MemoryEstimate, found: MemoryEstimate) -> str:
 
 
 def fit_problem(cfg: RunConfig, gpu: bool, devices: int) -> str | None:
-    """Why ``cfg`` will not fit its ``runtime.device_memory_gb`` and what would (None: it fits, or no memory is set)."""
-    if cfg.runtime.device_memory_gb is None:
+    """Why ``cfg`` will not fit its ``runtime.device_memory_gb`` and what would (None: it fits). Without that setting
+    a CPU run is checked against the memory this machine has available, so a model or vocabulary too large is
+    refused before it starts instead of failing at its first large allocation; a GPU run is not checked."""
+    if cfg.runtime.device_memory_gb is not None:
+        return problem_text(cfg, check_fit(cfg, gpu, devices, cfg.runtime.device_memory_gb))
+    available = None if gpu else available_memory_gib()
+    if available is None or _rough_peak(cfg) < CPU_SIMULATE_ABOVE * available * GIB:
+        return None  # far below the machine's memory: not worth a simulation (every small run would pay for one)
+    where = f"the {available:.1f} GiB this machine has available (set runtime.device_memory_gb to check another)"
+    states = 16 * count_params(cfg.model).total  # fp32 weights, gradients, AdamW's two moments: no setting shrinks them
+    if states > HEADROOM * available * GIB:
+        return (
+            f"{cfg.run_id} needs at least {states / GIB:,.1f} GiB for its weights, gradients and AdamW state alone "
+            f"({count_params(cfg.model).total:,} parameters), more than {HEADROOM:.0%} of {where}; use a smaller model "
+            "(model.n_layer, model.d_model) or vocabulary"
+        )
+    return problem_text(cfg, check_fit(cfg, gpu, devices, available), where)
+
+
+CPU_SIMULATE_ABOVE = 0.2  # a CPU run whose rough bound is above this share of the available memory is simulated
+
+
+def available_memory_gib() -> float | None:
+    """Memory this machine can give a new process now, in GiB: Linux's MemAvailable (free memory plus the caches
+    it can drop), within the cgroup's limit when a container or a job has one; None where neither is known."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        available = int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
         return None
-    return problem_text(cfg, check_fit(cfg, gpu, devices, cfg.runtime.device_memory_gb))
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(available, 0) / GIB
 
 
-def problem_text(cfg: RunConfig, fit: Fit) -> str | None:
-    """The sentence for a run that does not fit (None: it fits): what it needs, and what would fit."""
+def _rough_peak(cfg: RunConfig) -> float:
+    """A cheap over-estimate of a CPU run's peak bytes: fp32 weights, gradients and AdamW's two moments (16 bytes per
+    parameter) and, per sequence of a micro-batch, every sublayer's activations, an unfused attention's T x T scores
+    and the logits several times over, doubled."""
+    m = cfg.model
+    rows = min(cfg.train.micro_batch_size or cfg.train.batch_size, cfg.train.batch_size)
+    per_token = m.n_layer * (64 * m.d_model + 4 * m.hidden_dim + 8 * m.n_head * m.seq_len) + 8 * m.vocab_size
+    return 2 * (16 * count_params(m).total + 4 * rows * m.seq_len * per_token)
+
+
+def problem_text(cfg: RunConfig, fit: Fit, memory: str | None = None) -> str | None:
+    """The sentence for a run that does not fit (None: it fits): what it needs, and what would fit. ``memory``: what
+    it was held to (default: runtime.device_memory_gb)."""
     if fit.fits:
         return None
-    memory_gib = cfg.runtime.device_memory_gb
+    memory = memory or f"runtime.device_memory_gb={cfg.runtime.device_memory_gb:g}"
     needs = (
         f"{cfg.run_id} needs ~{fit.estimate.peak_text} per device at micro-batch {fit.estimate.rows} "
-        f"(checkpointing {fit.estimate.checkpointing}), more than {HEADROOM:.0%} of runtime.device_memory_gb="
-        f"{memory_gib:g}"
+        f"(checkpointing {fit.estimate.checkpointing}), more than {HEADROOM:.0%} of {memory}"
     )
     if fit.suggestion:
         return f"{needs}; set {fit.suggestion}"

@@ -21,9 +21,34 @@ from attnres.config import RunConfig, TrainConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
 from attnres.model import AttnResLM
+from attnres.training.parallel import full_value, is_sharded, local_part
 from attnres.training.schedule import decay_start, warmup_steps
 
 DIAGNOSTIC_WINDOWS = 8  # validation windows the per-layer diagnostics are measured on
+
+
+def rank_windows(windows: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``rank``'s evaluation windows (every ``world``-th, from its own) and which of them count.
+
+    Every rank gets the same number of windows, because under FSDP every rank must run the same forwards; the
+    last ranks' spare places hold copies of window 0 that do not count, so the validation loss is that of exactly
+    the run's windows whatever the world size (a padding sampler would count the copies). One device: the
+    windows as they are, all counted.
+    """
+    per_rank = -(-len(windows) // world)
+    index = np.arange(rank, per_rank * world, world)
+    counted = index < len(windows)
+    return windows[np.where(counted, index, 0)], counted
+
+
+COMPILED_PREFIX = "_orig_mod."
+
+
+def eager_names(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A state dict with the names of the eager model: ``torch.compile(model)`` (how runtime.compile compiled the
+    baseline before it compiled in place) put ``_orig_mod.`` into every name, and such a checkpoint must resume
+    whatever runtime.compile says now."""
+    return {name.replace(COMPILED_PREFIX, ""): value for name, value in state_dict.items()}
 
 
 def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> LRScheduler:
@@ -76,10 +101,14 @@ def parameter_groups(model: nn.Module, weight_decay: float, depth_lr_scale: floa
     return groups
 
 
-def lm_loss(model: nn.Module, batch: Tensor, reduction: str = "mean") -> Tensor:
-    """Next-token cross-entropy of (B, T + 1) tokens, in fp32 whatever the logits' dtype."""
+def lm_loss(model: nn.Module, batch: Tensor, reduction: str = "mean", rows: Tensor | None = None) -> Tensor:
+    """Next-token cross-entropy of (B, T + 1) tokens, in fp32 whatever the logits' dtype. ``rows`` (B,) bool: the
+    rows that count (the model still runs on every row: under FSDP every rank must run the same forwards)."""
     logits = model(batch[:, :-1])
-    return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction=reduction)
+    targets = batch[:, 1:]
+    if rows is not None and not bool(rows.all()):
+        logits, targets = logits[rows], targets[rows]
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction=reduction)
 
 
 def build_optimizer(model: nn.Module, t: TrainConfig, foreach: bool | None = None) -> torch.optim.AdamW:
@@ -102,8 +131,9 @@ class LitLM(L.LightningModule):
         self.param_grad_norms: dict[str, float] = {}  # per sublayer / block, at evaluation steps
         self._val_sum = self._val_count = None
         self._last_time: float | None = None
-        self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches)
+        self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches and ranks)
         self._step_loss_sum, self._micro_count = 0.0, 0
+        self._sharded = False
 
     # ------------------------------------------------------------------------------------------ data
     def train_dataloader(self) -> TrainBatches:
@@ -127,11 +157,22 @@ class LitLM(L.LightningModule):
     def val_dataloader(self) -> DataLoader:
         per_device = max(1, self.cfg.train.batch_size // self.trainer.world_size)
         per_device = min(per_device, self.cfg.train.micro_batch_size or per_device)  # what fits in training fits here
-        return DataLoader(TensorDataset(torch.from_numpy(self.val_windows())), batch_size=per_device)
+        windows, counted = rank_windows(self.val_windows(), self.global_rank, self.trainer.world_size)
+        return DataLoader(TensorDataset(torch.from_numpy(windows), torch.from_numpy(counted)), batch_size=per_device)
 
     # -------------------------------------------------------------------------------------- training
-    def loss(self, batch: Tensor, reduction: str = "mean") -> Tensor:
-        return lm_loss(self.model, batch, reduction)
+    def configure_model(self) -> None:
+        """runtime.strategy=fsdp: shard the model (Lightning calls this on every rank before the optimizer exists)."""
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        if isinstance(self.trainer.strategy, ModelParallelStrategy) and not self._sharded:
+            from attnres.training.parallel import shard_model
+
+            shard_model(self.model, self.device_mesh["data_parallel"])
+            self._sharded = True
+
+    def loss(self, batch: Tensor, reduction: str = "mean", rows: Tensor | None = None) -> Tensor:
+        return lm_loss(self.model, batch, reduction, rows)
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor | None:
         loss = self.loss(batch)
@@ -148,20 +189,24 @@ class LitLM(L.LightningModule):
                 prog_bar=True,
             )
         self._last_time = now
-        self.log("loss", loss, prog_bar=True)
         # the step's loss is the mean of its micro-batches' (equal sizes): what a one-shot step would have computed
         self._step_loss_sum += float(loss.detach())
         self._micro_count += 1
         if self._micro_count == self.trainer.accumulate_grad_batches:
             self.step_loss = self._step_loss_sum / self._micro_count
             self._step_loss_sum, self._micro_count = 0.0, 0
+            if self.trainer.world_size > 1:  # every rank trained on its share of the batch: the global batch's mean
+                mean = torch.tensor(self.step_loss, dtype=torch.float64, device=self.device)
+                self.step_loss = float(self.trainer.strategy.reduce(mean, reduce_op="mean"))
+            self.log("loss", self.step_loss, prog_bar=True)  # trackers: the step's loss, as metrics.parquet has it
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.scale_lrs(optimizer)
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
-        self.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))  # the norm before clipping
+        # the norm before clipping; under FSDP the gradients are DTensor shards and torch takes the global norm
+        self.grad_norm = float(full_value(torch.nn.utils.clip_grad_norm_(params, clip)))
         if self._next_step_is_eval():
             self.param_grad_norms = self._param_grad_norms()
 
@@ -186,14 +231,17 @@ class LitLM(L.LightningModule):
     @torch.no_grad()
     def _param_grad_norms(self) -> dict[str, float]:
         """L2 norm of the parameter gradients of every sublayer and every transformer block."""
+        sublayers = self.model.sublayers
+        grads = [[p.grad for p in sub.parameters() if p.grad is not None] for sub in sublayers]
+        squares = [sum(float(local_part(g).float().square().sum()) for g in gs) for gs in grads]
+        if any(is_sharded(g) for gs in grads for g in gs):  # FSDP: each rank holds a shard; sum the squares
+            total = torch.tensor(squares, dtype=torch.float64, device=self.device)
+            squares = self.trainer.strategy.reduce(total, reduce_op="sum").tolist()
         norms = {}
-        for i, block in enumerate(self.model.blocks):
-            squares = []
-            for kind, sub in (("attn", block.attn), ("mlp", block.mlp)):
-                sq = sum(float(p.grad.float().square().sum()) for p in sub.parameters() if p.grad is not None)
-                norms[f"{kind}{i}"] = math.sqrt(sq)
-                squares.append(sq)
-            norms[f"block{i}"] = math.sqrt(sum(squares))
+        for i in range(len(self.model.blocks)):
+            attn, mlp = squares[2 * i], squares[2 * i + 1]
+            norms[f"attn{i}"], norms[f"mlp{i}"] = math.sqrt(attn), math.sqrt(mlp)
+            norms[f"block{i}"] = math.sqrt(sum([attn, mlp]))
         return norms
 
     # ------------------------------------------------------------------------------------ validation
@@ -202,9 +250,9 @@ class LitLM(L.LightningModule):
         self._val_count = torch.zeros((), dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: list[Tensor], batch_idx: int) -> None:
-        (windows,) = batch
-        self._val_sum += self.loss(windows, reduction="sum").double()
-        self._val_count += windows[:, 1:].numel()
+        windows, counted = batch
+        self._val_sum += self.loss(windows, reduction="sum", rows=counted).double()
+        self._val_count += windows[counted, 1:].numel()
 
     def on_validation_epoch_end(self) -> None:
         total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
@@ -214,17 +262,25 @@ class LitLM(L.LightningModule):
 
     @torch.no_grad()
     def diagnose(self) -> Recorder:
-        """Per-sublayer magnitudes and depth-attention weights on a fixed slice of the validation set."""
+        """Per-sublayer magnitudes and depth-attention weights on a fixed slice of the validation set. Every rank
+        runs it (under FSDP the forward gathers parameters from all ranks); rank 0 writes what it records."""
         windows = torch.from_numpy(self.val_windows()[:DIAGNOSTIC_WINDOWS]).to(self.device)
         recorder = Recorder()
-        # uncompiled (runtime.compile wraps the baseline whole): the recorder's .item() calls would break the graph
-        model = getattr(self.model, "_orig_mod", self.model)
+        model = self.model
         was_training = model.training
         model.eval()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.trainer.precision == "bf16-mixed"):
-            model(windows[:, :-1], recorder=recorder)
+            # the eager call, hooks (FSDP's) included: runtime.compile compiles the baseline whole, in place, and the
+            # recorder's .item() calls would break its graph (compiled sublayers stay compiled: they record nothing)
+            model._call_impl(windows[:, :-1], recorder=recorder)
         model.train(was_training)
         return recorder
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # before the weights are loaded: a checkpoint of an earlier version's compiled baseline has _orig_mod. names
+        if "state_dict" in checkpoint:
+            checkpoint["state_dict"] = eager_names(checkpoint["state_dict"])
 
     # ------------------------------------------------------------------------------------- optimizer
     def configure_optimizers(self) -> dict:

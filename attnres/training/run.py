@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,8 @@ from attnres.data.corpus import (
 from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
-from attnres.training.branches import BRANCH_START, branch_start, check_branch, keep_steps
+from attnres.training.branches import branch_start, check_branch, keep_steps
+from attnres.training.checkpoints import resume_checkpoint, verified_checkpoint_io
 from attnres.training.trackers import build_tracker, check_tracker
 
 
@@ -115,25 +117,28 @@ def batch_split(cfg: RunConfig) -> tuple[int, int]:
 
 
 def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
-    """Everything that can fail before compute: the batch split, the tracker, the corpus, the split, the budget."""
+    """Everything that can fail before compute: the budget, the batch split, the tracker, the corpus, the split."""
+    budget = run_budget(cfg)  # first: a typo in the budget is said before a raw corpus is prepared
     batch_split(cfg)
     check_tracker(cfg)
-    if cfg.runtime.strategy == "fsdp":
-        from attnres.runtime import uses_gpu
-
-        if not uses_gpu(cfg.runtime):
-            raise ConfigError("runtime.strategy=fsdp needs GPUs and none is visible here; use ddp on CPU")
+    check_precision(cfg)
     check_memory(cfg)
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
     check_run_data(cfg, corpus)
-    return corpus, run_budget(cfg)
+    return corpus, budget
+
+
+def check_precision(cfg: RunConfig) -> None:
+    """runtime.precision=bf16-mixed on a GPU without bf16 is refused here, before compute."""
+    from attnres.runtime import resolve_precision, uses_gpu
+
+    resolve_precision(cfg.runtime.precision, uses_gpu(cfg.runtime))
 
 
 def check_memory(cfg: RunConfig) -> None:
-    """With runtime.device_memory_gb set, a run whose estimated peak does not fit is refused (naming what would)."""
-    if cfg.runtime.device_memory_gb is None:
-        return
+    """A run whose estimated peak does not fit runtime.device_memory_gb, or on CPU without it the machine's available
+    memory, is refused (naming what would fit)."""
     from attnres.runtime import uses_gpu
     from attnres.training.memory import fit_problem
 
@@ -143,13 +148,10 @@ def check_memory(cfg: RunConfig) -> None:
 
 
 def latest_checkpoint(run_dir: Path) -> str | None:
-    """The newest resumable checkpoint: Lightning's last.ckpt or a SLURM pre-emption (hpc) checkpoint."""
-    folder = run_dir / schema.CHECKPOINT_DIR
-    candidates = [p for p in folder.glob("*.ckpt") if p.name == "last.ckpt" or p.name.startswith("hpc_ckpt")]
-    if candidates:
-        return str(max(candidates, key=lambda p: p.stat().st_mtime))
-    start = folder / BRANCH_START  # a WSD branch's first checkpoint, from its trunk (attnres.training.branches)
-    return str(start) if start.is_file() else None
+    """The checkpoint to resume from: the newest of Lightning's last.ckpt and a SLURM pre-emption (hpc) checkpoint,
+    else a kept step's, else a WSD branch's start (attnres.training.branches); a damaged one is set aside with one
+    line and the next one used (:func:`attnres.training.checkpoints.resume_checkpoint`). None: from step 0."""
+    return resume_checkpoint(Path(run_dir))
 
 
 SRUN_HINT = ".*The `srun` command is available on your system but is not used.*"
@@ -173,6 +175,12 @@ def _quiet_lightning(cfg: RunConfig | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*self.log\\('val_loss', \\.\\.\\., sync_dist=True\\).*")
 
 
+def progress_bar(wanted: bool) -> bool:
+    """Lightning's bar where it is wanted and stderr is a terminal; in a log (redirected output, a batch job) the
+    run writes a plain line per train.log_interval instead (:class:`attnres.training.run_log.RunLogger`)."""
+    return bool(wanted) and sys.stderr.isatty()
+
+
 def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
     """Where a run lives in a results tree: ``RESULTS/<sweep>/<run_id>``."""
     return Path(results) / cfg.sweep / cfg.run_id
@@ -185,6 +193,9 @@ def train(
 
     ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
     """
+    from attnres.runtime import check_environment
+
+    check_environment()  # before Lightning reads the ranks
     run_dir = Path(run_dir)
     if why := folder_problem(run_dir):
         raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
@@ -230,16 +241,21 @@ def _fit(
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from attnres.model import compile_model
-    from attnres.runtime import pin_malloc, uses_gpu
+    from attnres.runtime import Terminated, allow_eager_fallback, pin_malloc, resolve_precision, uses_gpu
+    from attnres.training.interval_checkpoint import IntervalCheckpoint
     from attnres.training.module import LitLM
+    from attnres.training.parallel import build_strategy
     from attnres.training.run_log import RunLogger, RunRow
 
     _quiet_lightning(cfg)
     rt = cfg.runtime
     gpu = uses_gpu(rt)
-    precision = rt.precision if rt.precision != "auto" else ("bf16-mixed" if gpu else "32-true")
+    precision, fallback = resolve_precision(rt.precision, gpu)
+    if fallback:
+        warnings.warn(fallback, RuntimeWarning, stacklevel=2)
     if not gpu:
         pin_malloc()
     if rt.threads:
@@ -249,12 +265,14 @@ def _fit(
 
     lit = LitLM(cfg, corpus, budget.steps)
     if rt.compile:
+        allow_eager_fallback()
         lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
     run_row = RunRow(cfg, budget, device=device, precision=precision, bytes_per_token=per_token)
     logger = RunLogger(run_dir, run_row)
-    # One checkpoint, last.ckpt, rewritten (atomically, by Lightning) after every evaluation.
+    # One checkpoint, last.ckpt, rewritten after every evaluation: written beside it, verified, then renamed over it
+    # (VerifiedCheckpointIO), so a full disk leaves the previous one whole.
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / schema.CHECKPOINT_DIR,
         filename="last",
@@ -264,11 +282,15 @@ def _fit(
         enable_version_counter=False,
     )
     kept = [keep_steps(run_dir, cfg.train.save_at_steps)] if cfg.train.save_at_steps else []
+    if rt.checkpoint_interval_steps or rt.checkpoint_interval_min:
+        last = run_dir / schema.CHECKPOINT_DIR / "last.ckpt"
+        kept.append(IntervalCheckpoint(last, logger, rt.checkpoint_interval_steps, rt.checkpoint_interval_min))
     trainer = L.Trainer(
         accelerator="gpu" if gpu else "cpu",
         devices=rt.devices,
         num_nodes=rt.num_nodes,
-        strategy=_strategy(cfg, gpu) if world > 1 else "auto",
+        strategy=build_strategy(cfg) if world > 1 else "auto",
+        use_distributed_sampler=False,  # LitLM.val_dataloader splits the windows itself, without counting copies
         precision=precision,
         max_steps=budget.steps,
         max_epochs=1,  # the training stream is one pass of exactly max_steps batches
@@ -280,9 +302,10 @@ def _fit(
         logger=build_tracker(cfg, run_dir),
         log_every_n_steps=cfg.train.log_interval * accumulate,  # counted in micro-batches, like val_check_interval
         callbacks=[logger, *callbacks, checkpoints, *kept],
-        enable_progress_bar=rt.progress_bar if progress is None else progress,
+        enable_progress_bar=progress_bar(rt.progress_bar if progress is None else progress),
         enable_model_summary=False,
         default_root_dir=run_dir / schema.CHECKPOINT_DIR,
+        plugins=[verified_checkpoint_io()],
     )
     if trainer.is_global_zero and not (run_dir / schema.RUN_FILE).exists():
         run_row.write(run_dir, status="running")
@@ -292,11 +315,11 @@ def _fit(
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
                 logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")
-            elif trainer.interrupted and trainer.is_global_zero:  # Lightning turns Ctrl-C into a silent exit(1)
-                print(
-                    f"{cfg.run_id}: interrupted at step {trainer.global_step}; the same command resumes it",
-                    file=sys.stderr,
-                )
+            elif isinstance(err, SIGTERMException) and not isinstance(err, Terminated):
+                # Lightning's own SIGTERM handler stops at the next step with a bare exit, status 0: said as what it is
+                raise Terminated(signal.SIGTERM) from None
+            elif trainer.interrupted and not isinstance(err, Terminated):
+                raise KeyboardInterrupt from None  # Lightning turns Ctrl-C into a silent exit(1); the caller says it
             raise
         if lit.diverged:
             status = "diverged"
@@ -308,25 +331,6 @@ def _fit(
     finally:
         _end_process_group()
     return RunResult(run_dir, status, trainer.global_step, logger.last["val_loss"], trained=True)
-
-
-def _strategy(cfg: RunConfig, gpu: bool) -> Any:
-    """DDP, or FSDP with one unit per transformer block: the embedding, the depth mixer's pseudo-queries and key
-    gains (shared by every sublayer's depth attention, read before and after the blocks) and the head stay in the
-    root unit, gathered whole for each forward. ``use_orig_params`` keeps parameter names, so weight decay groups
-    and the diagnostics see the same parameters as under DDP. Checkpoints are full state dicts: a run resumes on
-    another world size, or under DDP."""
-    if cfg.runtime.strategy == "ddp":
-        return "ddp"
-    if not gpu:
-        raise ConfigError(
-            "runtime.strategy=fsdp needs GPUs (Lightning's FSDP strategy does not run on CPU); use ddp on CPU"
-        )
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    from attnres.model import Block
-
-    return FSDPStrategy(auto_wrap_policy={Block}, use_orig_params=True, state_dict_type="full")
 
 
 def _end_process_group() -> None:

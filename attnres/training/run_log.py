@@ -4,7 +4,7 @@ Rows are kept in memory and every file is rewritten atomically at each evaluatio
 small). On resume, rows from steps after the restored checkpoint are dropped, because those steps are
 trained again; a failure before training starts leaves the rows of earlier attempts as they are. Rows are
 unique per (step, split) / (step, layer, kind) / (step, query, source), the latest kept. Only global rank 0
-writes.
+writes; every rank computes what rank 0 writes (under FSDP the diagnostics' forward is a collective).
 """
 
 from __future__ import annotations
@@ -218,12 +218,12 @@ class RunLogger(L.Callback):
                 "wall_s": self.wall_s,
             }
         )
+        rec = pl_module.diagnose()  # on every rank: under FSDP its forward is a collective
         if trainer.is_global_zero:
-            self._diagnostics(step, pl_module)
+            self._diagnostics(step, pl_module, rec)
             self.flush(trainer, status="running")
 
-    def _diagnostics(self, step: int, pl_module) -> None:
-        rec = pl_module.diagnose()
+    def _diagnostics(self, step: int, pl_module, rec) -> None:
         grads = pl_module.param_grad_norms
         at = self._at(step)
         n_layer = self.cfg.model.n_layer

@@ -59,9 +59,8 @@ def test_each_row_is_the_headline_of_a_fit_with_that_one_choice_changed(outlier)
         assert s.multiplier == m.multiplier.value and s.exponent == m.exponent == "shared"
         assert s.headline == "L = A C^-alpha, Huber delta 0.001, mean over seeds, all 7 budgets"
         rows = {r.choice: r for r in s.rows}
-        assert [r.aspect for r in s.rows] == ["form", "Huber delta", "Huber delta", "points", "points"] + [
-            "budgets"
-        ] * 7
+        aspects = ["form", "Huber delta", "Huber delta", "points", "points"] + ["budgets"] * 7
+        assert [r.aspect for r in s.rows] == aspects
         for choice, other_sweep in changed.items():
             other = other_sweep.multiplier(m.variant)
             assert math.isclose(rows[choice].multiplier, other.multiplier.value, rel_tol=1e-9), (m.variant, choice)

@@ -199,8 +199,8 @@ def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tm
     readable_or_absent(killed)
     status = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
     assert status["status"] == "running" and status["step"] < status["max_steps"]
-    if sig == signal.SIGINT:  # Lightning's graceful stop exits 1 without a word; the run says what happened
-        assert proc.returncode == 1 and "interrupted at step " in err and "the same command resumes it" in err, err
+    if sig == signal.SIGINT:  # Lightning's graceful stop exits 1 without a word; the command says what happened
+        assert proc.returncode == 130 and "interrupted (Ctrl-C)" in err and "the same command resumes it" in err, err
 
     resumed = run_cli("train", *args, "--out", str(killed))
     assert resumed.returncode == 0, resumed.stderr
@@ -211,6 +211,56 @@ def test_a_killed_or_interrupted_run_resumes_and_matches_an_uninterrupted_run(tm
     ra = schema.read_table(straight / schema.RUN_FILE).to_pylist()[0]
     rb = schema.read_table(killed / schema.RUN_FILE).to_pylist()[0]
     assert rb["status"] == "done" and abs(ra["val_loss"] - rb["val_loss"]) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "setting, saved",
+    [
+        ("runtime.checkpoint_interval_steps=3", [3, 6, 9, 10, 12, 15, 18, 20]),  # and at the evaluations, 10 and 20
+        ("runtime.checkpoint_interval_min=1e-9", list(range(1, 21))),  # the clock is always past due: every step
+    ],
+    ids=["steps", "minutes"],
+)
+def test_checkpoints_between_evaluations_fall_on_whole_steps(tmp_path, setting, saved):
+    import lightning as L
+
+    class Saves(L.Callback):
+        steps: list[int] = []
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            self.steps.append(trainer.global_step)
+
+    args = [*TINY, "train.tokens=20480", "train.eval_interval=10", "train.micro_batch_size=8", setting]  # 20 steps
+    assert train(resolve_run_config(None, args), tmp_path / "run", progress=False, callbacks=[Saves()]).status == "done"
+    assert Saves.steps == saved
+    rows = pd.read_parquet(tmp_path / "run" / schema.METRICS_FILE)
+    assert rows[rows.split == "train"].step.tolist() == list(range(10, 21, 10))  # the logs, flushed first, intact
+
+
+@pytest.mark.slow  # about 40 s
+def test_a_run_killed_after_a_step_checkpoint_resumes_from_it(tmp_path, straight_runs):
+    """A checkpoint between evaluations (step 7, 14, ...) is resumed from like any: the same losses as unkilled."""
+    args = TINY + ["train.tokens=100000", "train.eval_interval=50", "--no-progress"]  # 98 steps
+    straight = straight_runs(args)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*ATTNRES, "train", *args, "runtime.checkpoint_interval_steps=7", "--out", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ckpt = killed / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (ckpt.exists() and torch.load(ckpt, weights_only=False)["global_step"] >= 14):
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    step = torch.load(ckpt, weights_only=False)["global_step"]
+    assert 14 <= step < 50 and step % 7 == 0  # not an evaluation's checkpoint
+    assert run_cli("train", *args, "--out", str(killed)).returncode == 0
+    a = pd.read_parquet(straight / schema.METRICS_FILE)
+    b = pd.read_parquet(killed / schema.METRICS_FILE)
+    assert list(zip(a.step, a.split)) == list(zip(b.step, b.split))  # no gap in the logs
+    np.testing.assert_allclose(b.loss.values, a.loss.values, rtol=0, atol=1e-4)
 
 
 def test_gradient_accumulation_matches_the_one_shot_step(tmp_path):
@@ -369,7 +419,7 @@ def test_help_lists_every_field():
         (["data.tokenizer=bpe:7"], ["tokenizer 'bpe:7'", "bpe:8192"]),
         (["model.vocab_size=300"], ["model.vocab_size=300", "vocabulary is 256"]),
         (["runtime.strategy=fsdp"], ["runtime.strategy=fsdp shards over several devices"]),
-        (["runtime.strategy=fsdp", "runtime.devices=2", "runtime.accelerator=cpu"], ["fsdp needs GPUs"]),
+        (["runtime.process_group_timeout_s=0"], ["process_group_timeout_s must be positive"]),
     ],
 )
 def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
@@ -412,6 +462,30 @@ def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
     np.testing.assert_allclose(losses[True], losses[False], rtol=0, atol=1e-4)
     state = torch.load(tmp_path / "True" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert {k.removeprefix("model.") for k in state} == set(AttnResLM(cfg.model).state_dict())
+
+
+@pytest.mark.parametrize("residual", ["baseline", "block"])
+def test_compiling_keeps_the_eager_parameter_names(residual):
+    """runtime.compile compiles in place, so a checkpoint resumes whether or not the next attempt compiles."""
+    from attnres.model import compile_model
+
+    cfg = resolve_run_config(None, TINY + [f"model.residual={residual}"])
+    names = list(AttnResLM(cfg.model).state_dict())
+    assert list(compile_model(AttnResLM(cfg.model), fuse_depth=False).state_dict()) == names
+
+
+def test_a_checkpoint_of_a_baseline_compiled_whole_loads_into_the_eager_model():
+    """Before in-place compiling, a compiled baseline's checkpoint had ``_orig_mod.`` in every name."""
+    from attnres.training.module import LitLM
+
+    cfg = resolve_run_config(None, TINY + ["model.residual=baseline"])
+    wrapped = torch.compile(AttnResLM(cfg.model))  # the old runtime.compile=true (nothing compiles until a call)
+    checkpoint = {"state_dict": {f"model.{k}": v for k, v in wrapped.state_dict().items()}}
+    assert all("_orig_mod." in k for k in checkpoint["state_dict"])
+    LitLM.on_load_checkpoint(None, checkpoint)  # the hook Lightning calls before it loads the weights
+    eager = AttnResLM(cfg.model)
+    eager.load_state_dict({k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}, strict=True)
+    assert torch.equal(eager.lm_head.weight, wrapped.lm_head.weight)
 
 
 def test_the_ranks_of_a_slurm_launch_hear_what_rank_zero_decided(tmp_path, monkeypatch):

@@ -258,6 +258,21 @@ def test_slurm_resources_become_the_runs_runtime():
         )
 
 
+def test_slurm_env_is_exported_in_the_job_before_its_setup_lines():
+    from sweeps.slurm import resources, slurm_groups
+
+    res = resources({"env": {"NCCL_SOCKET_IFNAME": "ib0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": 1, "X": "a b;c"}})
+    assert res.exports() == [
+        "export NCCL_SOCKET_IFNAME=ib0", "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "export X='a b;c'"
+    ]  # fmt: skip
+    for bad in ({"NCCL-DEBUG": "WARN"}, ["NCCL_DEBUG=WARN"], {"NCCL_DEBUG": None}):
+        with pytest.raises(ConfigError, match="slurm.env"):
+            resources({"env": bad})
+    (res, _, cfgs), *_ = slurm_groups(expand_runs(load_grid("paper")))
+    assert "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1" in res.exports()  # the paper grid's NCCL template
+    assert cfgs[0].runtime.checkpoint_interval_min == 30 and cfgs[0].runtime.process_group_timeout_s == 1800
+
+
 def test_a_batch_that_does_not_split_over_the_gpus_is_rejected_by_the_slurm_plan(tmp_path):
     path = write(
         tmp_path, grid_with(slurm={"gpus_per_node": 8}, defaults={**TINY["defaults"], "train": {"batch_size": 12}})

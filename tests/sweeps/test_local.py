@@ -264,10 +264,12 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     assert "holds a different run" in failed.error
 
 
-def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file, tmp_path, capsys):
+def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file, tmp_path, capsys, monkeypatch):
     """The bar moves during a run (steps, not runs: it sat at 9/12 for the whole of a 15-minute run) and says
     which runs train at which step."""
     import sweeps.local_pool as pool
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a bar is drawn on a terminal only
 
     grid = load_grid(grid_file)
     runs = expand(grid)[:2]

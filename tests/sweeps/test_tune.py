@@ -387,3 +387,16 @@ def test_trials_take_the_warm_up_and_decay_of_the_runs_they_tune_for(tmp_path):
     branch = next(r for r in expand(grid, tmp_path) if r.sweep == grid.name and r.model.residual == "baseline")
     assert schedule["warmup_tokens"] == branch.train.warmup_tokens > 0
     assert schedule["schedule"] == "wsd" and schedule["wsd_decay_frac"] == 0.2
+
+
+def test_a_slurm_tuner_on_a_gpu_grid_trains_its_trials_on_its_own_gpu():
+    """Each tuner is one task with one GPU of the grid's nodes, and its trials train there (not just its threads)."""
+    from sweeps.tune_slurm import tuner_resources
+
+    res, runtime = tuner_resources(load_grid("paper"))
+    assert (res.nodes, res.tasks, res.gpus_per_node, res.cpus_per_task) == (1, 1, 1, 12)
+    assert runtime == {
+        "accelerator": "gpu", "devices": 1, "num_nodes": 1, "threads": 12, "progress_bar": False, "strategy": "ddp"
+    }  # fmt: skip
+    res, runtime = tuner_resources(load_grid("smoke"))
+    assert res.gpus_per_node == 0 and runtime["accelerator"] == "cpu" and runtime["devices"] == 1

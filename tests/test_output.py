@@ -1,0 +1,120 @@
+"""What the commands print: progress bars on a terminal only (plain lines in a log), warnings as one line of text."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.synthetic_results import write_synthetic_results
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_sweep_bar_is_drawn_on_a_terminal_only(monkeypatch):
+    """Redirected, a bar is thousands of carriage-return updates in the log (4,106 in one demo's)."""
+    import sweeps.local_pool as pool
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert pool._progress(100, 0, "demo", enabled=True) is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = pool._progress(100, 0, "demo", enabled=True)
+    assert bar is not None and bar.total == 100
+    bar.close()
+    assert pool._progress(100, 0, "demo", enabled=False) is None
+
+
+def test_a_runs_bar_is_drawn_on_a_terminal_only(monkeypatch):
+    from attnres.training.run import progress_bar
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert progress_bar(True) is False  # the run then writes a plain line per log_interval
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert progress_bar(True) is True and progress_bar(False) is False
+
+
+def test_train_redirected_writes_plain_lines_and_no_bar(tmp_path):
+    tiny = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.seq_len=64", "model.residual=baseline"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnres.cli", "train", *tiny, "train.tokens=20000", "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    both = proc.stdout + proc.stderr
+    assert "\r" not in both and "it/s" not in both, both[-2000:]
+    assert "step 10/20  tokens" in proc.stdout, proc.stdout
+
+
+def test_a_warning_is_one_line_of_text_without_the_source_line(tmp_path):
+    """`analysis/select.py:76: UserWarning: ...` and the source line under it: one line, what is wrong."""
+    tree = write_synthetic_results(tmp_path / "results", multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    victim = sorted(tree.root.rglob("run.parquet"))[0]
+    table = pq.read_table(victim)
+    index = table.schema.get_field_index("val_loss")
+    table = table.set_column(index, table.schema.field(index), pa.array([None], pa.float64()))
+    pq.write_table(table, victim)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnres.cli", "fit", str(tree.root), "--n-boot", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    warned = [line for line in proc.stderr.splitlines() if "dropped 1 finished run(s)" in line]
+    assert warned and all(line.startswith("attnres fit: warning: dropped 1 finished run(s)") for line in warned), (
+        proc.stderr
+    )
+    assert ".py:" not in proc.stderr and "warnings.warn" not in proc.stderr, proc.stderr
+
+
+def test_warnings_print_as_one_line(capsys):
+    import warnings
+
+    from attnres.runtime import one_line_warnings
+
+    saved = warnings.showwarning
+    try:
+        one_line_warnings("attnres x")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("two\n  lines", stacklevel=1)
+            warnings.warn("numbers went wrong", RuntimeWarning, stacklevel=1)
+    finally:
+        warnings.showwarning = saved
+    assert capsys.readouterr().err.splitlines() == [
+        "attnres x: warning: two lines",
+        "attnres x: warning: numbers went wrong (RuntimeWarning)",
+    ]
+
+
+def test_an_unreliable_interval_is_never_shown_without_its_mark(tmp_path):
+    """Four budgets: the bootstrap over budgets is not calibrated (analysis.multiplier.MIN_BUDGETS), and the scaling
+    figure's box and the report's headline table showed "1.02 [1, 1.03]" bare."""
+    import numpy as np
+
+    import analysis
+    import reports
+
+    tree = write_synthetic_results(
+        tmp_path / "results",
+        sweep="few",
+        multipliers={"baseline": 1.0, "block": 1.2},
+        budgets=np.geomspace(1e15, 1e18, 4),
+        noise=0.002,
+        tables=False,
+    )
+    results = analysis.load_results(tree.root, tables=())
+    fit = analysis.fit_results(results, n_boot=50)
+    (m,) = fit.sweep("few").multipliers
+    assert not m.reliable, m.why
+    fig = reports.plot_scaling_curves(fit, "few", runs=results.runs)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    line = next(line for text in texts for line in text.splitlines() if ": M = " in line)
+    assert line.endswith("(unreliable)"), texts
+    summary = reports.build_report(results, tmp_path / "report", formats=("png",), html=False, n_boot=50)
+    table = [row for row in summary.report_md.read_text().splitlines() if row.startswith("| few |")]
+    assert table and "(unreliable)" in table[0], table
