@@ -62,7 +62,7 @@ def test_the_paper_grid_packed_onto_64_gpus_prints_its_elapsed_time(tmp_path):
     packed = [line for line in out.stdout.splitlines() if line.startswith("packed onto 64 devices")]
     assert packed and "(32/48 per run)" in packed[0] and "elapsed" in packed[0], out.stdout
     assert "strands 16 device(s)" in out.stdout  # each 6-node run beside 4-node ones
-    assert "a guess not yet measured" in out.stdout  # the default GPU rate says what it is
+    assert "guess, never measured" in out.stdout  # the default GPU rate says what it is
     measured = subprocess.run(
         [sys.executable, "-m", "attnres.cli", *args, "--flops-file", str(rate)], capture_output=True, text=True
     )
