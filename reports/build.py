@@ -1019,6 +1019,14 @@ class _Builder:
                 ),
                 Bullets(tuple(t.sentence for t in stalls)),
             ]
+        elif self.settings.stall_margin > 0 and any(p.n_runs > 1 for c in sw.curves for p in c.points):
+            blocks += [
+                Heading("Stalled runs", 4),
+                Paragraph(
+                    f"None flagged: no run's training loss lagged the other seeds of its cell by more than "
+                    f'{100 * self.settings.stall_margin:g} % early in training (docs/analysis.md, "Stalled runs").'
+                ),
+            ]
         protocols = protocol_table(sw, self.settings, order)
         if protocols.rows:
             cells = protocol_cell_table(sw, order)

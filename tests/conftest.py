@@ -25,9 +25,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def token_cache(tmp_path_factory):
-    """Keep the tests' token cache out of the user's ~/.cache (and shared by every test of the session)."""
+    """Keep the tests' token cache out of the user's ~/.cache (and shared by every test of the session). The native
+    kernels' build stays in the user's cache (it is keyed by its source, flags, torch and CPU), so a session does not
+    spend 20 s to minutes rebuilding it; test_signals builds into a fresh one on purpose."""
     path = tmp_path_factory.mktemp("attnres-cache")
     old = os.environ.get("ATTNRES_CACHE_DIR")
+    from attnres.data.corpus import cache_dir
+
+    os.environ.setdefault("ATTNRES_NATIVE_DIR", str(cache_dir() / "native"))
     os.environ["ATTNRES_CACHE_DIR"] = str(path)
     yield path
     if old is None:

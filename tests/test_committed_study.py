@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the integration tier: pytest -m integration (.ci/run's second step)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "studies" / "cpu_small" / "results"
 WSD = ROOT / "studies" / "cpu_wsd" / "results"

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the integration tier: pytest -m integration (.ci/run's second step)
+
 
 def test_demo_trains_fits_reports_and_reuses_what_is_done(tmp_path):
     cmd = [sys.executable, "-m", "attnres.cli", "demo", "--grid", "smoke", "--results", str(tmp_path), "--no-progress"]

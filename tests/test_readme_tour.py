@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.integration  # the integration tier: pytest -m integration (.ci/run's second step)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_TRAIN = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.seq_len=64", "train.tokens=4000"]
 

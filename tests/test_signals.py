@@ -21,6 +21,8 @@ import yaml
 from attnres.storage import schema
 from sweeps.status import folder_state
 
+pytestmark = pytest.mark.integration  # the integration tier: pytest -m integration (.ci/run's second step)
+
 ROOT = Path(__file__).resolve().parents[1]
 ATTNRES = [sys.executable, "-m", "attnres.cli"]
 TINY = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.seq_len=64", "model.residual=baseline"]
@@ -176,6 +178,7 @@ def test_a_killed_kernel_build_leaves_no_compiler_running(tmp_path, sig):
         ["train", *TINY[:-1], "model.residual=block", "model.n_blocks=2", "--no-progress", "--out", "run"],
         tmp_path,
         ATTNRES_CACHE_DIR=str(cache),
+        ATTNRES_NATIVE_DIR=str(cache / "native"),
     )
     wait_until(lambda: any("cc1plus" in p or "c++" in p or "g++" in p for p in processes_in(cache)), proc, "a compiler")
     proc.send_signal(sig)

@@ -117,10 +117,10 @@ def build_key() -> str:
 
 
 def build_dir() -> Path:
-    """Where the build of :func:`build_key` lives."""
+    """Where the build of :func:`build_key` lives: ``$ATTNRES_NATIVE_DIR``, else ``native/`` of the cache."""
     from attnres.data.corpus import cache_dir
 
-    path = cache_dir() / "native" / build_key()
+    path = Path(os.environ.get("ATTNRES_NATIVE_DIR") or cache_dir() / "native") / build_key()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -23,6 +23,7 @@ from attnres.mixers import Recorder
 from attnres.model import AttnResLM
 from attnres.training.parallel import full_value, is_sharded, local_part
 from attnres.training.schedule import decay_start, warmup_steps
+from attnres.training.state_names import eager_names
 
 DIAGNOSTIC_WINDOWS = 8  # validation windows the per-layer diagnostics are measured on
 
@@ -39,16 +40,6 @@ def rank_windows(windows: np.ndarray, rank: int, world: int) -> tuple[np.ndarray
     index = np.arange(rank, per_rank * world, world)
     counted = index < len(windows)
     return windows[np.where(counted, index, 0)], counted
-
-
-COMPILED_PREFIX = "_orig_mod."
-
-
-def eager_names(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """A state dict with the names of the eager model: ``torch.compile(model)`` (how runtime.compile compiled the
-    baseline before it compiled in place) put ``_orig_mod.`` into every name, and such a checkpoint must resume
-    whatever runtime.compile says now."""
-    return {name.replace(COMPILED_PREFIX, ""): value for name, value in state_dict.items()}
 
 
 def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> LRScheduler:

@@ -32,6 +32,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from torch import Tensor, nn
 
 from attnres.config import RunConfig
+from attnres.training.state_names import eager_names
 
 
 def build_strategy(cfg: RunConfig) -> Any:
@@ -98,8 +99,6 @@ class ShardedStrategy(ModelParallelStrategy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         path = self.broadcast(checkpoint_path)
-        from attnres.training.module import eager_names
-
         checkpoint = torch.load(path, mmap=True, map_location="cpu", weights_only=weights_only)
         weights = eager_names(checkpoint.pop("state_dict"))
         _load_raw_module_state(weights, self.model, strict=self.lightning_module.strict_loading)

@@ -165,7 +165,7 @@ def straight_runs(tmp_path_factory):
 @pytest.mark.parametrize(
     "sig, micro",
     [
-        (signal.SIGKILL, []),
+        pytest.param(signal.SIGKILL, [], marks=pytest.mark.integration),
         (signal.SIGINT, []),
         # about 20 s; the default suite's budget is 10 minutes (pytest -m slow runs it)
         pytest.param(signal.SIGKILL, ["train.micro_batch_size=4"], marks=pytest.mark.slow),

@@ -54,3 +54,13 @@ def test_the_best_rate_table_extrapolates_each_variants_law_to_the_papers_sizes(
     assert table.iloc[-1]["lr* at 194M"] == "0.00299"
     # the synthetic best rates do not move with size: the fitted exponent is about 0
     assert all(abs(float(e)) < 0.05 for e in table["exponent"].iloc[:-1])
+
+
+def test_a_sweep_with_seeds_and_no_stalled_run_says_none_was_flagged(tmp_path):
+    root = write_synthetic_results(
+        tmp_path / "res", multipliers={"baseline": 1.0, "block": 1.2}, budgets=np.geomspace(1e15, 1e17, 5), seeds=2
+    )
+    summary = reports.build_report(root.root, tmp_path / "out", formats=("png",), n_boot=20, strict=True)
+    md = summary.report_md.read_text()
+    said = "#### Stalled runs\n\nNone flagged: no run's training loss lagged the other seeds of its cell by more than 5"
+    assert said in md

@@ -126,6 +126,7 @@ def test_running_a_finished_sweep_again_trains_nothing_and_says_so(reference, gr
     assert summary.trained == 0 and summary.skipped_done == 4 and summary.ok
 
 
+@pytest.mark.integration  # kill and resume: pytest -m integration
 def test_sigkill_part_way_then_rerun_finishes_without_retraining(reference, grid_file, tmp_path):
     ref_results, _ = reference
     results = tmp_path / "results"
@@ -206,6 +207,7 @@ def test_sigkill_part_way_then_rerun_finishes_without_retraining(reference, grid
         assert {c: row[c] for c in ROW} == {c: reference_rows[k][c] for c in ROW}, k
 
 
+@pytest.mark.integration
 def test_two_launchers_at_once_share_the_work(grid_file, tmp_path):
     results = tmp_path / "results"
     procs = [launch(str(grid_file), "--results", str(results), "--threads", "1") for _ in range(2)]

@@ -25,7 +25,7 @@ from sweeps import expand, load_grid, run_grid
 from sweeps.claim import read_status
 from sweeps.slurm import jobs_of
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 SCRIPT = Path(__file__).parents[1] / "slurm" / "slurm_local.sh"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
@@ -33,7 +33,7 @@ SEARCH_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/local/sbin"
 MISSING = [b for b in BINARIES if shutil.which(b, path=SEARCH_PATH) is None]
 if MISSING:
     pytestmark = [
-        pytestmark,
+        *pytestmark,
         pytest.mark.skip(
             reason=f"SLURM binaries absent ({', '.join(MISSING)}); install slurmctld slurmd slurm-client munge"
         ),

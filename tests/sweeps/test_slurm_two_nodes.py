@@ -26,7 +26,7 @@ from sweeps.claim import read_status
 from sweeps.slurm import jobs_of
 from tests.sweeps.test_slurm import BINARIES, SEARCH_PATH, free_ports, run
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.slow]
 
 SCRIPT = Path(__file__).parents[1] / "slurm" / "slurm_two_nodes.sh"
 MISSING = [b for b in (*BINARIES, "ip", "nsenter") if shutil.which(b, path=SEARCH_PATH) is None]

@@ -1,0 +1,43 @@
+"""The training time the study's runs recorded, to set beside the plan's estimate (plan.txt, plan_widen.txt).
+
+    python studies/cpu_envelope/recorded_time.py
+
+A branch's ``wall_s`` includes its trunk's time up to the checkpoint it started from, so a branch counts only what
+it added: its ``wall_s`` less its trunk's time per step times the branch's start step. The sum is worker time (the
+plan's "one after another" figure), not elapsed time: two workers ran side by side.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from attnres.training.branches import TRUNK_SUFFIX  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WIDENED_LR = 0.00125  # the rate cpu_envelope_widen.yaml added
+DECAY_FRAC = 0.2  # the grid's branches.decay_frac
+KEY = ["n_layer", "d_model", "variant", "lr", "seed"]
+
+
+def main() -> None:
+    columns = [*KEY, "sweep", "wall_s", "step"]
+    runs = pd.concat(pd.read_parquet(f, columns=columns) for f in sorted(RESULTS.glob("cpu_envelope*/*/run.parquet")))
+    is_trunk = runs["sweep"].str.endswith(TRUNK_SUFFIX)
+    trunks = runs[is_trunk].set_index(KEY)
+    branches = runs[~is_trunk].join(trunks[["wall_s", "step"]].add_suffix("_trunk"), on=KEY)
+    start = (branches["step"] * (1 - DECAY_FRAC)).round()
+    branches = branches.assign(own_s=branches["wall_s"] - branches["wall_s_trunk"] * start / branches["step_trunk"])
+    for name, widened in (("cpu_envelope.yaml", False), ("cpu_envelope_widen.yaml", True)):
+        t = trunks[(trunks.index.get_level_values("lr") == WIDENED_LR) == widened]["wall_s"].sum() / 3600
+        b = branches[(branches["lr"] == WIDENED_LR) == widened]["own_s"].sum() / 3600
+        print(f"{name}: {t:.2f} h of trunks + {b:.2f} h of branches = {t + b:.2f} h of worker time")
+
+
+if __name__ == "__main__":
+    main()
