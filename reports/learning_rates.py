@@ -36,9 +36,15 @@ def plot_lr_curves(report: FitReport, sweep: str | None = None) -> Figure:
     """One panel per size (and budget): each variant's mean loss at every rate swept (markers), its fitted curve
     over the swept rates (line) and its minimum (a star; hollow where it sits at an edge of the rates)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     envelope = _envelope(report, sweep)
-    panels = sorted({(c.tokens, c.params, c.size) for c in envelope.cells}, key=lambda p: (p[0] / p[1], p[1]))
+    # one panel per (size, budget); the variants of a size differ in parameters (the depth mixer's), so a panel is
+    # named and ordered by the smallest, the baseline's
+    smallest: dict[tuple[float, str], float] = {}
+    for c in envelope.cells:
+        smallest[(c.tokens, c.size)] = min(c.params, smallest.get((c.tokens, c.size), c.params))
+    panels = sorted(((t, n, size) for (t, size), n in smallest.items()), key=lambda p: (p[0] / p[1], p[1]))
     curves = curve_order({c.curve for c in envelope.cells})
     cols = min(len(panels), 5)
     rows = math.ceil(len(panels) / cols)
@@ -65,6 +71,9 @@ def plot_lr_curves(report: FitReport, sweep: str | None = None) -> Figure:
                     zorder=5,
                 )
             ax.set_xscale("log")
+            rates = sorted({r for c in envelope.cells if c.size == size and c.tokens == tokens for r in c.rates})
+            ax.set_xticks(rates, [f"{r:.3g}" for r in rates], rotation=45, fontsize=7)
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_title(f"{size}, {tokens / params:.2g} tok/param", fontsize=9)
             ax.set_xlabel("learning rate")
         for ax in axes.flat[len(panels) :]:

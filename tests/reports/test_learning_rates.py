@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,17 @@ def test_a_sweep_with_seeds_and_no_stalled_run_says_none_was_flagged(tmp_path):
     md = summary.report_md.read_text()
     said = "#### Stalled runs\n\nNone flagged: no run's training loss lagged the other seeds of its cell by more than 5"
     assert said in md
+
+
+def test_the_rate_figure_has_one_panel_per_size_and_budget_though_the_variants_differ_in_parameters(swept):
+    import analysis
+    from reports.learning_rates import plot_lr_curves
+
+    fit = analysis.fit_results(swept.root, lr="envelope", n_boot=0, chinchilla=False)
+    sw = fit.sweeps[0]
+    # as in a real study, Block has a few more parameters than the baseline of its size (its depth mixer's)
+    cells = tuple(replace(c, params=c.params * (1.01 if c.curve == "block" else 1.0)) for c in sw.envelope.cells)
+    fit = replace(fit, sweeps=(replace(sw, envelope=replace(sw.envelope, cells=cells)),))
+    fig = plot_lr_curves(fit, sw.sweep)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == len(set(titles)) == len({(c.size, c.tokens) for c in cells})
