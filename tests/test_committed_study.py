@@ -1,5 +1,6 @@
-"""The committed CPU studies: `attnres fit` reproduces the numbers their pages state, digit for digit: the README's
-table of studies/cpu_wsd/ (both tuning protocols), and the table of the earlier studies/cpu_small/ on its page."""
+"""The committed CPU studies: `attnres fit` reproduces the numbers their pages state, digit for digit: the tables of
+studies/cpu_envelope/ (and the README's findings, which quote them), of studies/cpu_wsd/ (both tuning protocols), and
+of the earlier studies/cpu_small/."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ pytestmark = pytest.mark.integration  # the integration tier: pytest -m integrat
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "studies" / "cpu_small" / "results"
 WSD = ROOT / "studies" / "cpu_wsd" / "results"
+ENVELOPE = ROOT / "studies" / "cpu_envelope" / "results"
 needs_small = pytest.mark.skipif(not (RESULTS / "cpu_small").is_dir(), reason="studies/cpu_small is not here")
 needs_wsd = pytest.mark.skipif(not (WSD / "cpu_wsd_pv").is_dir(), reason="studies/cpu_wsd is not here")
+needs_envelope = pytest.mark.skipif(not (ENVELOPE / "cpu_envelope").is_dir(), reason="studies/cpu_envelope is not here")
 
-# the README's table of cpu_wsd: (budget, variant, its label) per row
+# the table of cpu_wsd's page: (budget, variant, its label) per row
 VARIANTS = (("full", "Full AttnRes"), ("block", "Block AttnRes (N=2)"))
 FRONTIER = "all budgets, at the frontier"
 WSD_PARTS = tuple(
@@ -48,9 +51,9 @@ def wsd_report():
 
 
 def readme_wsd_rows() -> dict[tuple[str, str], list[str]]:
-    """The README's cpu_wsd table: (budget, variant label) -> [paper's protocol, per-variant tuning]."""
+    """The cpu_wsd table of its page: (budget, variant label) -> [paper's protocol, per-variant tuning]."""
     rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "studies" / "cpu_wsd" / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and any(cells[0] == p and cells[1] == lab for p, _, lab in WSD_PARTS):
             rows[(cells[0], cells[1])] = cells[2:]
@@ -166,3 +169,61 @@ def test_the_stall_detector_flags_the_stalled_baseline_seed_at_l3_and_l5_and_not
         assert {(s.curve, s.size, s.seed) for s in stalls} == {("baseline", "L3-d32", 2), ("baseline", "L5-d32", 2)}
     for sweep in wsd_report.sweeps:
         assert not [s for s in sweep.stalls if s.size in ("L6-d48", "L8-d64")], sweep.sweep
+
+
+def table_rows(text: str, first: str) -> list[list[str]]:
+    """The cells of the rows of the markdown tables in ``text`` whose first cell matches ``first`` (a regex)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.strip().startswith("|") and re.fullmatch(first, cells[0]):
+            rows.append(cells)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def envelope_report():
+    from analysis import fit_results
+
+    return fit_results(ENVELOPE, sweeps=["cpu_envelope"], lr="envelope", chinchilla=False)
+
+
+@needs_envelope
+def test_fit_reproduces_the_cpu_envelope_tables_of_m_and_of_the_best_rates(envelope_report):
+    from analysis.robust_tables import protocol_table
+
+    page = (ROOT / "studies" / "cpu_envelope" / "README.md").read_text()
+    expected = [
+        [f"{tpp} tokens/param", *map(str, row)]
+        for tpp in (8, 16)
+        for row in protocol_table(
+            envelope_report.sweep(f"cpu_envelope@{tpp}tpp"), envelope_report.settings, ["block", "full"]
+        ).rows
+    ]
+    assert table_rows(page, r"\d+ tokens/param") == expected
+    best = {}
+    for tpp in (8, 16):
+        for c in envelope_report.sweep(f"cpu_envelope@{tpp}tpp").envelope.cells:
+            best.setdefault(c.size, []).append((tpp, c.curve, f"{c.best_lr:.3g}" + (" EDGE" if c.edge else "")))
+    rates = table_rows(page, r"L\d+-d\d+")
+    assert len(rates) == len(best) == 5
+    for size, *cells in rates:
+        order = [(t, v) for t in (8, 16) for v in ("baseline", "block", "full")]
+        assert cells == [dict(((t, v), r) for t, v, r in best[size])[k] for k in order], size
+    assert not envelope_report.sweep("cpu_envelope@16tpp").stalls  # "no stalled run"
+
+
+@needs_envelope
+def test_the_readme_findings_quote_the_cpu_envelope_fit(envelope_report):
+    """The top-level README's few lines of findings: Block's and Full's M at 16 tokens per parameter and Block's paired
+    M, as the fit prints them."""
+    readme = (ROOT / "README.md").read_text()
+    findings = readme[readme.index("## What it found") : readme.index("## A tour")]
+    sweep = envelope_report.sweep("cpu_envelope@16tpp")
+    for quoted in (
+        sweep.multiplier("block").multiplier.text(3),
+        sweep.multiplier("block").paired.mean.text(3),
+        sweep.multiplier("full").multiplier.text(3),
+    ):
+        assert quoted in findings, quoted
+    assert len(findings.strip().splitlines()) <= 12  # the heading, at most 10 lines, one figure

@@ -21,7 +21,7 @@ def test_demo_trains_fits_reports_and_reuses_what_is_done(tmp_path):
     assert "effective compute multiplier" in first.stdout
     assert "Full AttnRes: M =" in first.stdout and "Block AttnRes (N=2): M =" in first.stdout
     verdicts = first.stdout.split("what it says:")[1]  # plain words for each interval, and where to read more
-    assert verdicts.count("AttnRes") >= 2 and "studies/cpu_wsd/README.md" in verdicts
+    assert verdicts.count("AttnRes") >= 2 and "studies/cpu_envelope/README.md" in verdicts
     assert any(w in verdicts for w in ("too few runs to tell", "worth less", "worth more", "point estimate"))
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert second.returncode == 0, second.stderr[-3000:]

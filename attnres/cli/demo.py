@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
         for h in report.headline:
             print(f"  {h.label}: {h.verdict}")
         print(
-            "a demo is too small to judge AttnRes by: studies/cpu_wsd/README.md is a study of 5 sizes, each trained "
-            "to 4 budgets with 3 seeds under two tuning protocols, and docs/analysis.md says what the interval "
-            "covers and how far to trust it"
+            "a demo is too small to judge AttnRes by: studies/cpu_envelope/README.md is a study of 5 sizes, each at "
+            "4 or 5 learning rates, 2 budgets and 2 seeds, precise enough to tell M = 1.25 from 1, and "
+            "docs/analysis.md says what the interval covers and how far to trust it"
         )
     else:
         print("\nno multiplier could be computed (see the report's 'skipped' section)")
