@@ -103,6 +103,7 @@ def test_bad_arguments_are_rejected_before_anything_is_timed(argv, fragment, cap
     assert fragment in capsys.readouterr().err
 
 
+@pytest.mark.integration  # a script end to end: pytest -m integration
 def test_training_side_by_side_trains_each_variant_and_compares_their_throughput(tmp_path, capsys):
     from benchmarks import train_side_by_side
 
@@ -160,6 +161,7 @@ def test_the_preparation_benchmark_checks_its_tokens_against_one_go_tokenization
     assert "peak RSS" in done.stdout and "equal to one-go tokenization: True" in done.stdout
 
 
+@pytest.mark.integration  # a script end to end: pytest -m integration
 def test_the_load_benchmark_runs_end_to_end(tmp_path):
     """benchmarks/bench_load.py on one smoke run (no timing assertions: the lead runs it on a quiet machine)."""
     from benchmarks import bench_load

@@ -122,10 +122,12 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     batch_split(cfg)
     check_tracker(cfg)
     check_precision(cfg)
-    check_memory(cfg)
     check_branch(cfg)
     corpus = load_corpus(cfg.data)
+    # the data's limits before the memory estimate: a seq_len longer than the data is the mistake to name, not the
+    # memory it would take (a raw corpus is prepared before either; its shards are kept for the next run)
     check_run_data(cfg, corpus)
+    check_memory(cfg)
     return corpus, budget
 
 

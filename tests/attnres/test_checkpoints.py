@@ -99,6 +99,7 @@ def has_checkpoint(run: Path) -> bool:
     return (run / "checkpoints" / "last.ckpt").exists() and (run / schema.RUN_FILE).exists()
 
 
+@pytest.mark.integration  # kill and resume: pytest -m integration
 def test_a_run_whose_checkpoint_was_cut_short_trains_again_and_says_so(tmp_path):
     """The issue's case: a truncated last.ckpt failed every rerun (Errno 22) while status promised a resume."""
     run = tmp_path / "run"
@@ -127,6 +128,7 @@ def test_a_run_whose_checkpoint_was_cut_short_trains_again_and_says_so(tmp_path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.integration  # kill and resume: pytest -m integration
 def test_a_disk_that_fills_mid_run_leaves_a_checkpoint_the_run_resumes_from(tmp_path):
     """A real full disk: a tmpfs of 4 MiB, filled by another file once the run has its first checkpoint."""
     disk = tmp_path / "disk"

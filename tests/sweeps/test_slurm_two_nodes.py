@@ -3,8 +3,8 @@
 submitted by the SLURM launcher like any run. It must end where one process ends.
 
 Skipped, with the reason, where the SLURM binaries are absent or network namespaces cannot be made (not root);
-``.ci/run`` installs the binaries (``apt-get install slurmctld slurmd slurm-client munge``). About 3 minutes on 2 busy
-cores, so also ``slow``: ``pytest -m slow tests/sweeps/test_slurm_two_nodes.py``.
+``.ci/run`` installs the binaries (``apt-get install slurmctld slurmd slurm-client munge``) and runs it in its
+integration tier (``pytest -m integration``); about 3 minutes on 2 busy cores.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sweeps.claim import read_status
 from sweeps.slurm import jobs_of
 from tests.sweeps.test_slurm import BINARIES, SEARCH_PATH, free_ports, run
 
-pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 SCRIPT = Path(__file__).parents[1] / "slurm" / "slurm_two_nodes.sh"
 MISSING = [b for b in (*BINARIES, "ip", "nsenter") if shutil.which(b, path=SEARCH_PATH) is None]
