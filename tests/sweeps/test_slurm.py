@@ -148,6 +148,22 @@ REQUEUE_GRID = {
 }
 
 
+def signal_until_heard(job: str, run_dir: Path, live: Path, env: dict) -> None:
+    """SIGUSR1 to the job's tasks, what SLURM does signal_delay_s before the time limit. Sent again if no task has
+    said it heard it after a while and the run still trains: once in a loaded integration run the signal never reached
+    the task (the run finished without a word of it) and the same test passed alone; these tests check what the tasks
+    do with the signal, not scancel's delivery."""
+    for _ in range(3):
+        signalled = run(["scancel", "--signal=USR1", job], env)
+        assert signalled.returncode == 0, signalled.stderr
+        heard = time.monotonic() + 15
+        while "received signal SIGUSR1" not in live.read_text() and time.monotonic() < heard:
+            time.sleep(0.2)
+        row = read_status(run_dir)
+        if "received signal SIGUSR1" in live.read_text() or not row or row["status"] != "running":
+            return
+
+
 def test_a_signalled_task_checkpoints_requeues_and_resumes_to_the_same_result(cluster, tmp_path):
     grid_file = tmp_path / "requeue.yaml"
     grid_file.write_text(yaml.safe_dump(REQUEUE_GRID))
@@ -168,19 +184,7 @@ def test_a_signalled_task_checkpoints_requeues_and_resumes_to_the_same_result(cl
     # the task's log shows the loss while the run trains (plain lines, not a progress bar)
     lines = [line for line in live.read_text().splitlines() if LOSS_LINE.match(line)]
     assert lines and int(lines[-1].split()[1].split("/")[0]) < row["max_steps"], live.read_text()[-2000:]
-    # what SLURM does signal_delay_s before the time limit. Sent again if the task has not said it heard it after a
-    # while and is still training: once in a loaded integration run the signal never reached the task (the run
-    # finished without a word of it) and the same test passed alone; this test checks what the task does with the
-    # signal, not scancel's delivery.
-    for _ in range(3):
-        signalled = run(["scancel", "--signal=USR1", job], cluster)
-        assert signalled.returncode == 0, signalled.stderr
-        heard = time.monotonic() + 15
-        while "received signal SIGUSR1" not in live.read_text() and time.monotonic() < heard:
-            time.sleep(0.2)
-        row = read_status(run_dir)
-        if "received signal SIGUSR1" in live.read_text() or not row or row["status"] != "running":
-            break
+    signal_until_heard(job, run_dir, live, cluster)
 
     waited = attnres(
         cluster,
