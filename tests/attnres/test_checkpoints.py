@@ -99,21 +99,28 @@ def has_checkpoint(run: Path) -> bool:
     return (run / "checkpoints" / "last.ckpt").exists() and (run / schema.RUN_FILE).exists()
 
 
-@pytest.mark.integration  # kill and resume: pytest -m integration
-def test_a_run_whose_checkpoint_was_cut_short_trains_again_and_says_so(tmp_path):
-    """The issue's case: a truncated last.ckpt failed every rerun (Errno 22) while status promised a resume."""
-    run = tmp_path / "run"
-    args = ["train", *TINY, "train.tokens=100000", "train.eval_interval=10", "--no-progress", "--out", str(run)]
+def train_until_checkpoint(args: list[str], run: Path) -> subprocess.Popen:
+    """``attnres ARGS`` in the background, returned (still training) once ``run`` has its first checkpoint."""
     proc = subprocess.Popen(
         [*ATTNRES, *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     deadline = time.monotonic() + 240
     while not has_checkpoint(run):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.integration  # kill and resume: pytest -m integration
+def test_a_run_whose_checkpoint_was_cut_short_trains_again_and_says_so(tmp_path):
+    """The issue's case: a truncated last.ckpt failed every rerun (Errno 22) while status promised a resume."""
+    run = tmp_path / "run"
+    args = ["train", *TINY, "train.tokens=100000", "train.eval_interval=10", "--no-progress", "--out", str(run)]
+    proc = train_until_checkpoint(args, run)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
     truncate(run / "checkpoints" / "last.ckpt")
@@ -138,17 +145,7 @@ def test_a_disk_that_fills_mid_run_leaves_a_checkpoint_the_run_resumes_from(tmp_
     try:
         run = disk / "run"
         args = ["train", *TINY, "train.tokens=200000", "train.eval_interval=20", "--no-progress", "--out", str(run)]
-        proc = subprocess.Popen(
-            [*ATTNRES, *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        deadline = time.monotonic() + 240
-        while not has_checkpoint(run):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        proc = train_until_checkpoint(args, run)
         stat = os.statvfs(disk)
         free = stat.f_bavail * stat.f_frsize
         (disk / "filler").write_bytes(b"\0" * max(0, free - 100_000))  # less room than one checkpoint
