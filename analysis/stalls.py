@@ -101,6 +101,14 @@ def _train_loss(root: Path, folder: str) -> pd.Series | None:
     return np.log(train.groupby("step")["loss"].mean())
 
 
+def has_seeds_to_compare(points: pd.DataFrame) -> bool:
+    """Whether any point of a sweep holds runs of two seeds or more, so that the detector had a cell to judge (a
+    point's ``n_runs`` is no guide: under ``--lr envelope`` it counts the runs of every rate)."""
+    if "run_seeds" not in points:
+        return False
+    return any(seeds is not None and len(set(seeds)) > 1 for seeds in points["run_seeds"])
+
+
 def find_stalls(
     root: str | Path,
     runs: pd.DataFrame,

@@ -1000,6 +1000,7 @@ class _Builder:
             protocol_table,
             stall_texts,
         )
+        from analysis.stalls import has_seeds_to_compare
         from reports.learning_rates import best_lr_table
         from reports.style import curve_order
 
@@ -1019,7 +1020,7 @@ class _Builder:
                 ),
                 Bullets(tuple(t.sentence for t in stalls)),
             ]
-        elif self.settings.stall_margin > 0 and any(p.n_runs > 1 for c in sw.curves for p in c.points):
+        elif self.settings.stall_margin > 0 and has_seeds_to_compare(sw.points):
             blocks += [
                 Heading("Stalled runs", 4),
                 Paragraph(

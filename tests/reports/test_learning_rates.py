@@ -80,3 +80,15 @@ def test_the_rate_figure_has_one_panel_per_size_and_budget_though_the_variants_d
     fig = plot_lr_curves(fit, sw.sweep)
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     assert len(titles) == len(set(titles)) == len({(c.size, c.tokens) for c in cells})
+
+
+def test_one_seed_at_several_rates_gives_the_detector_nothing_to_judge_and_the_report_says_nothing(tmp_path):
+    root = write_synthetic_results(
+        tmp_path / "res",
+        multipliers={"baseline": 1.0, "block": 1.2},
+        budgets=np.geomspace(1e15, 1e17, 5),
+        lrs=(1e-3, 2e-3, 4e-3),
+        seeds=1,
+    )
+    summary = reports.build_report(root.root, tmp_path / "out", formats=("png",), n_boot=20, lr="envelope", strict=True)
+    assert "#### Stalled runs" not in summary.report_md.read_text()
