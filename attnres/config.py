@@ -268,8 +268,18 @@ class TrainConfig:
     micro_batch_size: int | None = None
     """Sequences per forward/backward on each device; gradients accumulate over batch_size / (devices x this)
     micro-batches per step (None: the whole per-device batch at once). Exact, so not part of the run id."""
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    """adamw: AdamW on every parameter; muon: Muon (momentum, Nesterov, Newton-Schulz orthogonalised updates scaled
+    to AdamW's RMS, so one learning rate serves both) on the attention and MLP weight matrices, AdamW on the
+    embedding, the head, norms, pseudo-queries and every other vector (docs/training.md, "Optimizers")."""
+    muon_momentum: float = 0.95
+    """Muon's momentum (optimizer muon only)."""
+    sampler: Literal["replacement", "epoch"] = "replacement"
+    """The training data order. replacement: each step draws its windows at random starts, independently (a run as
+    long as the corpus reads about 63 % of it); epoch: the training split cut into window slots, each read once per
+    epoch in a seeded order. Both are a pure function of (seed, step), whatever the number of devices."""
     lr: float = 3e-3
-    """Peak learning rate of AdamW."""
+    """Peak learning rate (AdamW's, and Muon's after its RMS matching)."""
     depth_lr_scale: float = 1.0
     """The depth mixer's parameters (pseudo-queries, key gains; an ablation's mixing weights) train at this multiple
     of the learning rate, through the whole schedule (0 freezes them at their initial values)."""
@@ -351,6 +361,7 @@ class TrainConfig:
         _require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "TrainConfig.beta1 and beta2 must be in [0, 1)")
         _require(self.grad_clip >= 0, f"TrainConfig.grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
         _require(self.seed >= 0, f"TrainConfig.seed must be >= 0, got {self.seed}")
+        _require(0 <= self.muon_momentum < 1, f"TrainConfig.muon_momentum must be in [0, 1), got {self.muon_momentum}")
 
 
 DEFAULT_TOKENS = 2_000_000
@@ -445,6 +456,11 @@ class RunConfig:
         _require(
             self.sweep and all(c.isalnum() or c in "-_." for c in self.sweep),
             f"RunConfig.sweep={self.sweep!r} must be a non-empty name of letters, digits, '-', '_' or '.'",
+        )
+        _require(
+            self.train.optimizer != "muon" or self.runtime.strategy != "fsdp",
+            "train.optimizer=muon orthogonalises whole weight matrices, and runtime.strategy=fsdp shards them; use "
+            "runtime.strategy=ddp with Muon, or train.optimizer=adamw under FSDP",
         )
 
     @property

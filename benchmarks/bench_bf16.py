@@ -20,7 +20,8 @@ import torch
 from attnres.config import resolve_run_config
 from attnres.data.corpus import TrainBatches, load_corpus, val_windows
 from attnres.model import AttnResLM
-from attnres.training.module import build_optimizer, lm_loss
+from attnres.training.module import lm_loss
+from attnres.training.optimizer import build_optimizer
 
 VARIANTS = {
     "baseline": ["model.residual=baseline"],

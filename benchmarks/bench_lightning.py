@@ -25,7 +25,8 @@ from attnres.config import resolve_run_config
 from attnres.costs import run_budget
 from attnres.data.corpus import TrainBatches, load_corpus
 from attnres.runtime import pin_malloc
-from attnres.training.module import LitLM, build_scheduler, parameter_groups
+from attnres.training.module import LitLM, build_scheduler
+from attnres.training.optimizer import parameter_groups
 from attnres.training.run_log import RunLogger, RunRow
 
 

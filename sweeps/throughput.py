@@ -26,7 +26,7 @@ def _step_fn(cfg: Any, device: str) -> tuple[Any, int]:
     import torch.nn.functional as F
 
     from attnres.model import AttnResLM
-    from attnres.training.module import parameter_groups
+    from attnres.training.optimizer import parameter_groups
 
     torch.manual_seed(0)
     model = AttnResLM(cfg.model).to(device)

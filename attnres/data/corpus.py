@@ -4,8 +4,9 @@
   Raw text is prepared once (:mod:`attnres.data.prepare`) into a cache folder (``$ATTNRES_CACHE_DIR`` or
   ``~/.cache/attnres``) keyed by the source files, the tokenizer and the split; every later run, DDP rank and sweep
   worker reads that folder, and concurrent first runs build it once.
-* Training batches are a pure function of (seed, step): a run resumed at step s sees exactly the batches an
-  uninterrupted run sees, on any number of devices (each rank takes its rows of the global batch).
+* Training batches are a pure function of (seed, step) in either order of ``train.sampler``
+  (:mod:`attnres.data.order`): a run resumed at step s sees exactly the batches an uninterrupted run sees, on any
+  number of devices (each rank takes its rows of the global batch).
 * The validation windows are spread evenly over the whole validation split (not its first tokens), so they cover
   every source in the proportion the split holds them; :meth:`Corpus.composition` says which.
 * ``val_bpb`` divides the loss by the validation split's bytes per token, from the manifest (1 for bytes).
@@ -29,6 +30,7 @@ import numpy as np
 from attnres.config import DataConfig, ModelConfig, RunConfig
 from attnres.data import sources
 from attnres.data.errors import DataError
+from attnres.data.order import batch_starts
 from attnres.data.prepare import FORMAT, MANIFEST, REQUEST, VAL_PIECES, PrepareSpec, file_identity, prepare
 from attnres.data.shards import TokenStream, open_shard
 from attnres.data.tokenizer import parse_spec, vocab_size_of
@@ -232,7 +234,8 @@ def with_data_vocab(cfg: RunConfig) -> RunConfig:
 
 
 class TrainBatches:
-    """Global batch of step s = ``batch_size`` random windows drawn with ``PCG64([seed, s])``.
+    """Global batch of step s = ``batch_size`` windows of the split, in the order of ``sampler``
+    (:mod:`attnres.data.order`: drawn with ``PCG64([seed, s])``, or each window slot once per epoch).
 
     An iterable from ``step`` to ``steps``. It has deliberately no ``state_dict``: its position counts
     fetched batches (Lightning prefetches, and a checkpoint may be taken mid-step), so a resumed run sets
@@ -251,6 +254,7 @@ class TrainBatches:
         rank: int = 0,
         world: int = 1,
         micro: int | None = None,
+        sampler: str = "replacement",
     ):
         if batch_size % world:
             raise DataError(f"train.batch_size={batch_size} is not divisible by the {world} devices in use")
@@ -262,13 +266,12 @@ class TrainBatches:
                 f"over {world} device(s) = {per_device}); pick a divisor of {per_device}"
             )
         self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
-        self.steps, self.rank, self.world = steps, rank, world
+        self.steps, self.rank, self.world, self.sampler = steps, rank, world, sampler
         self.accumulate = per_device // self.micro
         self.step = 0
 
     def batch(self, step: int) -> np.ndarray:
-        rng = np.random.Generator(np.random.PCG64([self.seed, step]))
-        starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=self.batch_size, endpoint=True)
+        starts = batch_starts(self.sampler, len(self.tokens), self.seq_len, self.batch_size, self.seed, step)
         starts = starts[self.rank :: self.world]
         return np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)
 

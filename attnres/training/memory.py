@@ -1,6 +1,6 @@
 """Peak memory per device of a training step, by simulating the step on fake tensors.
 
-The estimate is not a formula: it runs the run's own model, loss, backward, gradient clipping and AdamW step under
+The estimate is not a formula: it runs the run's own model, loss, backward, gradient clipping and optimizer step under
 ``torch._subclasses.FakeTensorMode`` (shapes and dtypes, no storage, no arithmetic) and replays the allocator: every
 storage an operation creates is live until Python frees it. So it holds exactly what training holds (each sublayer's
 saved tensors, the depth mixer's buffers, the logits and their gradient, the optimizer's temporaries), at the run's
@@ -47,7 +47,7 @@ class MemoryEstimate:
 
     weights: int  # parameters and buffers
     grads: int
-    optimizer: int  # AdamW's two moments
+    optimizer: int  # the optimizer's state: AdamW's two moments (Muon: one momentum per matrix)
     peak: int  # the whole peak: the three above plus activations and temporaries
     rows: int  # sequences per micro-batch
     checkpointing: str
@@ -107,12 +107,14 @@ def _eager_depth_kernels() -> Iterator[None]:
 
 
 def _simulate(model_cfg: ModelConfig, cfg: RunConfig, rows: int, micro_steps: int, bf16: bool, gpu: bool) -> tuple:
-    """(weights, grads, optimizer, peak) bytes of a steady training step (AdamW's state exists) of ``micro_steps``
-    micro-batches of ``rows`` sequences."""
+    """(weights, grads, optimizer, peak) bytes of a steady training step (the optimizer's state exists: AdamW's two
+    moments, or Muon's momentum and AdamW's moments of the rest) of ``micro_steps`` micro-batches of ``rows``
+    sequences."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from attnres.model import AttnResLM
-    from attnres.training.module import build_optimizer, lm_loss
+    from attnres.training.module import lm_loss
+    from attnres.training.optimizer import build_optimizer
 
     with _eager_depth_kernels(), FakeTensorMode():
         model = AttnResLM(model_cfg)
@@ -130,7 +132,7 @@ def _simulate(model_cfg: ModelConfig, cfg: RunConfig, rows: int, micro_steps: in
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        for p in params:  # AdamW's state, as the first step creates it (a real first step costs twice the time)
+        for p in params:  # the optimizer's state, as the first step creates it (a real first step costs twice the time)
             p.grad = torch.zeros_like(p)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -157,7 +159,7 @@ def _cached(model_cfg: ModelConfig, cfg: RunConfig, rows: int, micro_steps: int,
 def _memory_key(cfg: RunConfig) -> RunConfig:
     """The run with everything that does not change memory set to defaults (so the simulations are shared)."""
     t = cfg.train
-    train = replace(type(t)(), batch_size=t.batch_size, micro_batch_size=t.micro_batch_size)
+    train = replace(type(t)(), batch_size=t.batch_size, micro_batch_size=t.micro_batch_size, optimizer=t.optimizer)
     runtime = replace(type(cfg.runtime)(), checkpointing=cfg.runtime.checkpointing)
     return replace(type(cfg)(), train=train, runtime=runtime)
 

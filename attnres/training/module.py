@@ -21,6 +21,7 @@ from attnres.config import RunConfig, TrainConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
 from attnres.model import AttnResLM
+from attnres.training.optimizer import build_optimizer
 from attnres.training.parallel import full_value, is_sharded, local_part
 from attnres.training.schedule import decay_start, warmup_steps
 from attnres.training.state_names import eager_names
@@ -75,23 +76,6 @@ def build_scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, steps: int) -> L
     return SequentialLR(opt, [s for s, _ in phases], milestones=milestones)
 
 
-def parameter_groups(model: nn.Module, weight_decay: float, depth_lr_scale: float = 1.0) -> list[dict]:
-    """Decay linear weights only: never norms, gains, pseudo-queries or embeddings. With a ``depth_lr_scale`` other
-    than 1 the depth mixer's parameters get groups of their own, marked ``lr_scale`` (:meth:`LitLM.scale_lrs`);
-    with 1 the groups are the same two as always, so older checkpoints still load."""
-    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-    params = list(dict.fromkeys(model.parameters()))  # a tied weight once
-    depth = {id(p) for p in model.depth.parameters()} if depth_lr_scale != 1.0 else set()
-    groups = []
-    for in_depth in (False, True):
-        for decayed in (True, False):
-            chosen = [p for p in params if (id(p) in decay) == decayed and (id(p) in depth) == in_depth]
-            if chosen or not in_depth:
-                group = {"params": chosen, "weight_decay": weight_decay if decayed else 0.0}
-                groups.append(group | ({"lr_scale": depth_lr_scale} if in_depth else {}))
-    return groups
-
-
 def lm_loss(model: nn.Module, batch: Tensor, reduction: str = "mean", rows: Tensor | None = None) -> Tensor:
     """Next-token cross-entropy of (B, T + 1) tokens, in fp32 whatever the logits' dtype. ``rows`` (B,) bool: the
     rows that count (the model still runs on every row: under FSDP every rank must run the same forwards)."""
@@ -100,13 +84,6 @@ def lm_loss(model: nn.Module, batch: Tensor, reduction: str = "mean", rows: Tens
     if rows is not None and not bool(rows.all()):
         logits, targets = logits[rows], targets[rows]
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction=reduction)
-
-
-def build_optimizer(model: nn.Module, t: TrainConfig, foreach: bool | None = None) -> torch.optim.AdamW:
-    """AdamW over :func:`parameter_groups`. ``foreach`` None: torch's choice (multi-tensor on GPU); the memory
-    estimate (:mod:`attnres.training.memory`) sets it to simulate a GPU's step on CPU tensors."""
-    groups = parameter_groups(model, t.weight_decay, t.depth_lr_scale)
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, foreach=foreach)
 
 
 class LitLM(L.LightningModule):
@@ -138,6 +115,7 @@ class LitLM(L.LightningModule):
             rank=self.global_rank,
             world=self.trainer.world_size,
             micro=self.cfg.train.micro_batch_size,
+            sampler=self.cfg.train.sampler,
         )
         batches.step = self.trainer.global_step
         return batches

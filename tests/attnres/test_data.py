@@ -13,7 +13,8 @@ from attnres.config import DataConfig, RunConfig, TrainConfig
 from attnres.data.corpus import TrainBatches, load_corpus, val_starts, val_windows
 from attnres.data.sources import source_files
 from attnres.model import AttnResLM
-from attnres.training.module import build_scheduler, parameter_groups
+from attnres.training.module import build_scheduler
+from attnres.training.optimizer import parameter_groups
 
 
 def test_builtin_corpus_is_vendored_with_its_provenance():

@@ -11,7 +11,8 @@ from torch.profiler import ProfilerActivity, profile
 from attnres.config import ConfigError, ModelConfig, RunConfig, RuntimeConfig, TrainConfig
 from attnres.model import AttnResLM
 from attnres.training import memory
-from attnres.training.module import build_optimizer, lm_loss
+from attnres.training.module import lm_loss
+from attnres.training.optimizer import build_optimizer
 from tests.attnres.test_ablations import ABLATIONS
 
 VARIANTS = [dict(residual="baseline"), dict(residual="full"), dict(residual="block", n_blocks=2), *ABLATIONS]
