@@ -244,6 +244,11 @@ class DataConfig:
     """Size in bytes of the chunks long documents are cut into for the train/validation split."""
     split_seed: int = 1234
     """Seed of the split's starting points (fixed, so every run sees the same split)."""
+    eval_sets: tuple[str, ...] = ()
+    """Extra evaluation sets, NAME=FOLDER each: folders made by `attnres data prepare` with the training data's
+    tokenizer, whose validation split is evaluated beside the run's own at every evaluation (loss and bits per byte
+    per set in metrics.parquet and run.parquet; `attnres fit --metric NAME` fits them). They change nothing the run
+    trains on, so they are not part of the run id."""
 
     def __post_init__(self) -> None:
         _require(
@@ -253,6 +258,23 @@ class DataConfig:
         _require(self.chunk_bytes >= 64, f"DataConfig.chunk_bytes must be at least 64, got {self.chunk_bytes!r}")
         _require(str(self.corpus).strip() != "", "DataConfig.corpus is empty; use 'builtin' or a path to text")
         _require(str(self.text_field).strip() != "", "DataConfig.text_field is empty; name the field holding text")
+        names = [str(item).partition("=")[0] for item in self.eval_sets]
+        for item, name in zip(self.eval_sets, names):
+            folder = str(item).partition("=")[2]
+            _require(
+                bool(name) and all(c.isalnum() or c in "-_." for c in name) and folder.strip() != "",
+                f"data.eval_sets: {item!r} is not NAME=FOLDER (a name of letters, digits, '-', '_' or '.', then the "
+                "folder `attnres data prepare` made)",
+            )
+            _require(
+                name not in ("train", "val"),
+                f"data.eval_sets: the name {name!r} is the run's own split's; call the set something else",
+            )
+        _require(
+            len(set(names)) == len(names),
+            f"data.eval_sets names {sorted(n for n in set(names) if names.count(n) > 1)} more than one folder; "
+            "give each set its own name",
+        )
 
 
 @dataclass(frozen=True)
@@ -472,10 +494,12 @@ class RunConfig:
         model = to_dict(self.model)
         if self.model.residual != "block":
             model["n_blocks"] = _defaults(ModelConfig)["n_blocks"]
+        data = to_dict(self.data)
+        del data["eval_sets"]  # evaluated beside the run, not trained on
         train = to_dict(self.train)
         del train["micro_batch_size"]  # how a step's batch is split changes nothing but memory (and rounding)
         del train["trunk_tokens"], train["save_at_steps"]  # where a branch's first steps come from, what is kept
-        return {"model": model, "data": to_dict(self.data), "train": train}
+        return {"model": model, "data": data, "train": train}
 
     @property
     def run_id(self) -> str:

@@ -98,6 +98,17 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class EvalSet:
+    """A named extra evaluation set (``data.eval_sets``, :mod:`attnres.data.eval_sets`): a prepared folder's
+    validation split."""
+
+    name: str
+    folder: Path
+    tokens: TokenStream
+    bytes_per_token: float  # of its validation split (nan for token files)
+
+
+@dataclass(frozen=True)
 class Corpus:
     """The train and validation token streams of a prepared folder, and what its manifest says about them."""
 
@@ -106,6 +117,7 @@ class Corpus:
     folder: Path
     manifest: dict[str, Any]
     val_pieces: np.ndarray = field(repr=False)  # (n, 3): source file index, start in the val stream, tokens
+    eval_sets: dict[str, EvalSet] = field(default_factory=dict)  # name -> extra evaluation set, in config order
 
     @property
     def key(self) -> str:

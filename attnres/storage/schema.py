@@ -72,6 +72,7 @@ RUN_SCHEMA = _schema(
     pa.field("tokens_seen", pa.int64(), nullable=False),
     pa.field("val_loss", pa.float64()),  # last validation loss, nats per token
     pa.field("val_bpb", pa.float64()),  # last validation loss, bits per byte
+    pa.field("eval_sets", pa.string()),  # JSON {name: {"loss", "bpb"}} of the last evaluation (data.eval_sets)
     pa.field("train_loss", pa.float64()),  # last logged training loss, nats per token
     pa.field("tokens_per_s", pa.float64()),  # training throughput over the run (excluding evaluation)
     pa.field("wall_s", pa.float64()),  # wall-clock seconds of training, summed over resumed attempts
@@ -86,7 +87,7 @@ RUN_SCHEMA = _schema(
 
 METRICS_SCHEMA = _schema(
     pa.field("step", pa.int64(), nullable=False),
-    pa.field("split", pa.string(), nullable=False),  # train | val
+    pa.field("split", pa.string(), nullable=False),  # train | val | the name of a data.eval_sets set
     pa.field("tokens", pa.int64(), nullable=False),  # training tokens seen at this step
     pa.field("flops", pa.float64(), nullable=False),  # training FLOPs spent at this step
     pa.field("loss", pa.float64(), nullable=False),  # nats per token
@@ -121,6 +122,10 @@ DEPTH_ATTN_SCHEMA = _schema(
     pa.field("weight", pa.float64(), nullable=False),  # mean over tokens of alpha_{source -> query}
     doc="one row per (step, query, source); AttnRes variants only",
 )
+
+# Columns added to a contract after its files were first written: a file without one reads as if it held nulls
+# there (a run that named no evaluation set has none either), so the files of earlier runs stay readable.
+ADDED_COLUMNS = {RUN_FILE: ("eval_sets",)}
 
 SCHEMAS = {
     RUN_FILE: RUN_SCHEMA,
@@ -197,6 +202,14 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
             "re-run the run or read it with the matching attnres version"
         )
     if schema is not None:
+        added = [n for n in ADDED_COLUMNS.get(path.name, ()) if n not in table.column_names and n in schema.names]
+        for name in added:
+            table = table.append_column(schema.field(name), pa.nulls(table.num_rows, schema.field(name).type))
+        if added:  # in the contract's order, as a file written today has them
+            table = table.select(
+                [n for n in schema.names if n in table.column_names]
+                + [n for n in table.column_names if n not in schema.names]
+            )
         missing = [n for n in schema.names if n not in table.column_names]
         if missing:
             raise SchemaError(f"{path}: missing columns {missing}")

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
-from attnres.config import RunConfig, TrainConfig
+from attnres.config import RunConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
 from attnres.model import AttnResLM
@@ -98,6 +98,7 @@ class LitLM(L.LightningModule):
         self.grad_norm = math.nan
         self.param_grad_norms: dict[str, float] = {}  # per sublayer / block, at evaluation steps
         self._val_sum = self._val_count = None
+        self.eval_losses: dict[str, float] = {}  # data.eval_sets: each set's loss at the last evaluation
         self._last_time: float | None = None
         self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches and ranks)
         self._step_loss_sum, self._micro_count = 0.0, 0
@@ -123,11 +124,19 @@ class LitLM(L.LightningModule):
     def val_windows(self) -> np.ndarray:
         return val_windows(self.corpus.val, self.cfg.model.seq_len, self.cfg.train.eval_tokens)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """The run's validation windows, then (as more loaders) those of each ``data.eval_sets`` set, chosen alike."""
         per_device = max(1, self.cfg.train.batch_size // self.trainer.world_size)
         per_device = min(per_device, self.cfg.train.micro_batch_size or per_device)  # what fits in training fits here
-        windows, counted = rank_windows(self.val_windows(), self.global_rank, self.trainer.world_size)
-        return DataLoader(TensorDataset(torch.from_numpy(windows), torch.from_numpy(counted)), batch_size=per_device)
+        seq_len, eval_tokens = self.cfg.model.seq_len, self.cfg.train.eval_tokens
+        sets = [self.val_windows()]
+        sets += [val_windows(s.tokens, seq_len, eval_tokens) for s in self.corpus.eval_sets.values()]
+        loaders = []
+        for all_windows in sets:
+            windows, counted = rank_windows(all_windows, self.global_rank, self.trainer.world_size)
+            dataset = TensorDataset(torch.from_numpy(windows), torch.from_numpy(counted))
+            loaders.append(DataLoader(dataset, batch_size=per_device))
+        return loaders if len(loaders) > 1 else loaders[0]
 
     # -------------------------------------------------------------------------------------- training
     def configure_model(self) -> None:
@@ -215,18 +224,21 @@ class LitLM(L.LightningModule):
 
     # ------------------------------------------------------------------------------------ validation
     def on_validation_epoch_start(self) -> None:
-        self._val_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._val_count = torch.zeros((), dtype=torch.float64, device=self.device)
+        n = 1 + len(self.corpus.eval_sets)  # the run's own split, then each extra set
+        self._val_sum = torch.zeros(n, dtype=torch.float64, device=self.device)
+        self._val_count = torch.zeros(n, dtype=torch.float64, device=self.device)
 
-    def validation_step(self, batch: list[Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: list[Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         windows, counted = batch
-        self._val_sum += self.loss(windows, reduction="sum", rows=counted).double()
-        self._val_count += windows[counted, 1:].numel()
+        self._val_sum[dataloader_idx] += self.loss(windows, reduction="sum", rows=counted).double()
+        self._val_count[dataloader_idx] += windows[counted, 1:].numel()
 
     def on_validation_epoch_end(self) -> None:
         total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
         count = self.trainer.strategy.reduce(self._val_count, reduce_op="sum")
-        self.val_loss = float(total / count)
+        losses = (total / count).tolist()
+        self.val_loss = losses[0]
+        self.eval_losses = dict(zip(self.corpus.eval_sets, losses[1:]))
         self.log("val_loss", self.val_loss, prog_bar=True, sync_dist=False)
 
     @torch.no_grad()

@@ -7,6 +7,7 @@ checkpoint (same data order, same result), and a run being trained by another pr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,6 +30,8 @@ from attnres.data.corpus import (
     val_starts,
     with_data_vocab,
 )
+from attnres.data.eval_sets import open_eval_sets
+from attnres.data.order import epochs, repeat_fraction
 from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
@@ -84,11 +87,14 @@ def check_same_run(cfg: RunConfig, run_dir: Path) -> None:
         )
 
 
-def data_record(cfg: RunConfig, corpus: Corpus) -> dict[str, Any]:
-    """What ``RUN_DIR/data.json`` records: the prepared folder, its tokenizer and the composition of the training
-    split, the validation split and the evaluation windows, per source file."""
+def data_record(cfg: RunConfig, corpus: Corpus, budget: Budget) -> dict[str, Any]:
+    """What ``RUN_DIR/data.json`` records: the prepared folder, its tokenizer, the composition of the training
+    split, the validation split and the evaluation windows, per source file, and the training order (its sampler,
+    the passes it makes over the training split, and the share of the tokens it reads that it has read before)."""
     m = corpus.manifest
     starts = val_starts(len(corpus.val), cfg.model.seq_len, cfg.train.eval_tokens)
+    windows = budget.steps * cfg.train.batch_size
+    order = cfg.train.sampler
     return {
         "folder": str(corpus.folder),
         "source": m["source"],
@@ -98,6 +104,12 @@ def data_record(cfg: RunConfig, corpus: Corpus) -> dict[str, Any]:
         "bytes_per_token": {s: bytes_per_token(m, s) for s in SPLITS},
         "eval_windows": {"count": len(starts), "tokens_each": cfg.model.seq_len},
         "composition": corpus.composition(starts),
+        "order": {
+            "sampler": order,
+            "windows": windows,
+            "epochs": epochs(windows, len(corpus.train), cfg.model.seq_len),
+            "repeat_fraction": repeat_fraction(order, windows, len(corpus.train), cfg.model.seq_len),
+        },
     }
 
 
@@ -127,8 +139,9 @@ def prepare(cfg: RunConfig) -> tuple[Corpus, Budget]:
     # the data's limits before the memory estimate: a seq_len longer than the data is the mistake to name, not the
     # memory it would take (a raw corpus is prepared before either; its shards are kept for the next run)
     check_run_data(cfg, corpus)
+    sets = open_eval_sets(cfg.data.eval_sets, corpus.folder, corpus.manifest, cfg.model.seq_len)
     check_memory(cfg)
-    return corpus, budget
+    return dataclasses.replace(corpus, eval_sets=sets), budget
 
 
 def check_precision(cfg: RunConfig) -> None:
@@ -226,7 +239,7 @@ def train(
                 return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
             schema.atomic_write_bytes(
-                run_dir / schema.DATA_FILE, json.dumps(data_record(cfg, corpus), indent=1).encode()
+                run_dir / schema.DATA_FILE, json.dumps(data_record(cfg, corpus, budget), indent=1).encode()
             )
             if cfg.train.trunk_tokens is not None and latest_checkpoint(run_dir) is None:
                 branch_start(cfg, run_dir)
@@ -271,6 +284,7 @@ def _fit(
         lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
+    per_token |= {name: eval_set.bytes_per_token for name, eval_set in corpus.eval_sets.items()}
     run_row = RunRow(cfg, budget, device=device, precision=precision, bytes_per_token=per_token)
     logger = RunLogger(run_dir, run_row)
     # One checkpoint, last.ckpt, rewritten after every evaluation: written beside it, verified, then renamed over it

@@ -9,6 +9,7 @@ writes; every rank computes what rank 0 writes (under FSDP the diagnostics' forw
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +101,7 @@ class RunLogger(L.Callback):
         self.eval_s = 0.0
         self._batch_t0 = self._eval_t0 = 0.0
         self._last_train_row = (0, 0.0)  # (step, train_s) of the previous train row
-        self.last = {"train_loss": None, "val_loss": None, "val_bpb": None}
+        self.last: dict[str, Any] = {"train_loss": None, "val_loss": None, "val_bpb": None, "eval_sets": {}}
         self._restored_step: int | None = None  # the step of the checkpoint Lightning restored, once it has
         self._reloaded = False  # whether the rows of earlier attempts are in memory
 
@@ -133,10 +134,12 @@ class RunLogger(L.Callback):
         self._last_train_row = (step or 0, self.train_s)
         latest = lambda split: next((r for r in reversed(self.metrics) if r["split"] == split), {})  # noqa: E731
         train_row, val_row = latest("train"), latest("val")
+        sets = {r["split"] for r in self.metrics} - {"train", "val"}
         self.last = {
             "train_loss": train_row.get("loss"),
             "val_loss": val_row.get("loss"),
             "val_bpb": val_row.get("bpb"),
+            "eval_sets": {name: {k: latest(name)[k] for k in ("loss", "bpb")} for name in sorted(sets)},
         }
 
     # ---- hooks
@@ -218,6 +221,21 @@ class RunLogger(L.Callback):
                 "wall_s": self.wall_s,
             }
         )
+        for name, set_loss in pl_module.eval_losses.items():  # data.eval_sets: a row per set, its name as the split
+            self.last["eval_sets"][name] = {"loss": set_loss, "bpb": self.bpb(set_loss, name)}
+            self.metrics.append(
+                {
+                    **self._at(step),
+                    "split": name,
+                    "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
+                    "loss": set_loss,
+                    "bpb": self.bpb(set_loss, name),
+                    "lr": None,
+                    "grad_norm": None,
+                    "tokens_per_s": None,
+                    "wall_s": self.wall_s,
+                }
+            )
         rec = pl_module.diagnose()  # on every rank: under FSDP its forward is a collective
         if trainer.is_global_zero:
             self._diagnostics(step, pl_module, rec)
@@ -289,6 +307,7 @@ class RunLogger(L.Callback):
             step=step,
             val_loss=self.last["val_loss"],
             val_bpb=self.last["val_bpb"],
+            eval_sets=json.dumps(self.last["eval_sets"], sort_keys=True) if self.last["eval_sets"] else None,
             train_loss=self.last["train_loss"],
             tokens_per_s=step * self.run_row.budget.batch_tokens / self.train_s if self.train_s > 0 else None,
             wall_s=self.wall_s,

@@ -64,6 +64,10 @@ def test_a_run_records_its_data_and_byte_runs_keep_bits_per_byte_equal_to_bits(t
     mix = record["composition"]
     assert set(mix) == {"kjv.txt.gz", "shakespeare.txt.gz"}
     assert all(0.3 < m["eval_window_share"] < 0.7 for m in mix.values())  # the windows cover both sources
+    order = record["order"]  # 49 steps of 16 windows of 64 tokens: a small share of the split, read once
+    assert order["sampler"] == "replacement" and order["windows"] == 49 * 16
+    assert order["epochs"] == pytest.approx(49 * 16 * 64 / (record["tokens"]["train"] - 1))
+    assert 0 < order["repeat_fraction"] < order["epochs"]
 
 
 def test_a_run_on_a_prepared_bpe_corpus_logs_bits_per_byte_from_the_manifest(tmp_path):
