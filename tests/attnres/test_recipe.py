@@ -1,6 +1,10 @@
-"""The paper's recipe: Muon on the hidden matrices (AdamW on the rest), and the epoch data order."""
+"""The paper's recipe: Muon on the hidden matrices (AdamW on the rest), the epoch data order, extra evaluation sets."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -11,6 +15,7 @@ import torch
 from attnres import AttnResLM
 from attnres.config import ConfigError, ModelConfig, TrainConfig, resolve_run_config
 from attnres.data.corpus import TrainBatches
+from attnres.data.errors import DataError
 from attnres.data.order import batch_starts, permute, repeat_fraction, window_slots
 from attnres.storage import schema
 from attnres.training.optimizer import MuonAdamW, build_optimizer, muon_parameters
@@ -184,3 +189,90 @@ def test_the_repeat_fraction_is_what_the_sampler_reads(sampler, epochs):
             read[s + 1 : s + seq_len + 1] += 1  # the tokens a window predicts
     measured = 1 - np.count_nonzero(read) / read.sum()
     assert measured == pytest.approx(repeat_fraction(sampler, steps * batch, n_tokens, seq_len), abs=0.01)
+
+
+# ------------------------------------------------------------------------------------------- evaluation sets
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """A small prepared folder (byte tokens) of two plain-text sources."""
+    from attnres.data.prepare import PrepareSpec, prepare
+
+    root = tmp_path_factory.mktemp("evalsets")
+    (root / "text").mkdir()
+    words = "the quick brown fox jumps over the lazy dog and then sleeps in the warm sun ".split()
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        (root / "text" / f"{name}.txt").write_text(" ".join(rng.choice(words, 40_000)))
+    return prepare(PrepareSpec(str(root / "text"), "bytes", chunk_bytes=1024, val_fraction=0.1), root / "prep")
+
+
+def test_an_evaluation_set_loss_equals_the_same_folder_as_the_validation_split(tmp_path, prepared):
+    args = [*TINY, f"data.corpus={prepared}", "train.tokens=20480", "train.eval_interval=10"]
+    with_set = resolve_run_config(None, [*args, f"data.eval_sets=[again={prepared}]"])
+    assert with_set.run_id == resolve_run_config(None, args).run_id  # evaluated beside the run, not trained on
+    assert train(with_set, tmp_path / "run", progress=False).status == "done"
+    rows = pd.read_parquet(tmp_path / "run" / schema.METRICS_FILE)
+    val, again = rows[rows.split == "val"], rows[rows.split == "again"]
+    assert again.step.tolist() == val.step.tolist() == [10, 20]
+    assert again.loss.tolist() == val.loss.tolist() and again.bpb.tolist() == val.bpb.tolist()
+    run = schema.read_run_row(tmp_path / "run")
+    assert json.loads(run["eval_sets"]) == {"again": {"loss": run["val_loss"], "bpb": run["val_bpb"]}}
+
+
+def test_a_run_parquet_written_before_evaluation_sets_reads_with_a_null_column(tmp_path, prepared):
+    """Every committed run.parquet predates the column: it must read as it did, with the column null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {f.name: None for f in schema.RUN_SCHEMA}
+    row |= {"schema_version": 1, "run_id": "r", "sweep": "s", "variant": "baseline", "n_layer": 2, "d_model": 32}
+    row |= {k: 1 for k in ("n_head", "seq_len", "vocab_size", "params", "params_total", "tokens", "batch_tokens")}
+    row |= {"flops": 1.0, "flops_per_token": 1.0, "flops_convention": "x", "lr": 1e-3, "seed": 0, "status": "done"}
+    row |= {"step": 1, "max_steps": 1, "tokens_seen": 1}
+    old = schema.RUN_SCHEMA.remove(schema.RUN_SCHEMA.get_field_index("eval_sets"))
+    pq.write_table(
+        pa.Table.from_pylist([{k: v for k, v in row.items() if k != "eval_sets"}], schema=old),
+        tmp_path / schema.RUN_FILE,
+    )
+    table = schema.read_table(tmp_path / schema.RUN_FILE)
+    assert table.column_names == schema.RUN_SCHEMA.names and table.to_pylist()[0]["eval_sets"] is None
+
+
+def _copy_with_manifest(prepared: Path, out: Path, change) -> Path:  # noqa: ANN001
+    shutil.copytree(prepared, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    change(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize(
+    "make, fragments",
+    [
+        (lambda p, out: out, ["not a prepared folder (no manifest.json)", "attnres data prepare", "--tokenizer bytes"]),
+        (
+            lambda p, out: _copy_with_manifest(p, out, lambda m: m["tokenizer"].update(hash="0" * 64)),
+            ["prepared with tokenizer 'bytes' (hash 000000000000", "prepare it again with --tokenizer bytes"],
+        ),
+        (
+            lambda p, out: _copy_with_manifest(p, out, lambda m: m.update(vocab_size=512)),
+            ["vocabulary 512", "vocabulary 256"],
+        ),
+        (
+            lambda p, out: _copy_with_manifest(p, out, lambda m: m["splits"]["val"].update(shards=[], tokens=0)),
+            ["its validation split holds 0 tokens, fewer than one window"],
+        ),
+    ],
+    ids=["not-prepared", "tokenizer", "vocabulary", "empty"],
+)
+def test_a_bad_evaluation_set_is_one_clear_error_before_compute(tmp_path, prepared, make, fragments):
+    folder = make(prepared, tmp_path / "other")
+    cfg = resolve_run_config(None, [*TINY, f"data.corpus={prepared}", f"data.eval_sets=[other={folder}]"])
+    with pytest.raises(DataError) as err:
+        train(cfg, tmp_path / "run", progress=False)
+    assert str(err.value).startswith(f"data.eval_sets other={folder}: ")
+    for fragment in fragments:
+        assert fragment in str(err.value)
+    assert not (tmp_path / "run" / schema.RUN_FILE).exists()
