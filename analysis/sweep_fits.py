@@ -7,14 +7,17 @@ The report package and the CLI both read these numbers instead of recomputing th
 Per sweep (a sweep is one designed study; sweeps are never pooled):
 
 1. points: one per (curve, size, budget) from the finished runs (:mod:`analysis.select`; kept in
-   :attr:`SweepFit.points`), or the IsoFLOP frontier when a budget has several sizes;
+   :attr:`SweepFit.points`), or the IsoFLOP frontier when a budget has several sizes, chosen and checked
+   before any fit (:mod:`analysis.sweep_points`, :mod:`analysis.checks`);
 2. one power law per curve, the joint fit with a shared exponent, and one bootstrap shared by all of them
-   (:func:`analysis.multiplier.run_study`);
+   (:func:`analysis.study.run_study`);
 3. per variant: M at every measured budget, M at the largest budget from the curves (shared or separate
-   exponents, chosen by the exponent test), the wall-clock multiplier, the exponent test;
+   exponents, chosen by the exponent test), the wall-clock multiplier (FLOP/s from :mod:`analysis.throughput`),
+   the exponent test;
 4. the Chinchilla surface per curve where N and D vary independently.
 
-No I/O here beyond loading a results tree when given a path; no plotting; never imports torch.
+No I/O here beyond loading a results tree (and a sweep's ``throughput.json``) when given a path; no plotting;
+never imports torch.
 """
 
 from __future__ import annotations
