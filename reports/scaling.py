@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import PFLOP_S_DAY, PowerLaw
-from analysis.fit import OFFSET_POWER
+from analysis.laws import OFFSET_POWER
 from analysis.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
 from reports.data import MissingData, sweep_fit
