@@ -9,26 +9,31 @@
   error: a run that failed or is still running is a fact of the study (listed under "runs left out"), and a
   design with fewer seeds at the large budgets gives every curve the same seeds, which is not flagged. But the
   point is then a mean over other seeds than the baseline's, so the fit says so instead of dropping it silently.
+* :func:`check_variant_names`: a baseline that names no variant of the runs (a typo would otherwise give a report
+  without multipliers) is refused before any fitting, with the closest name (:func:`did_you_mean`).
 
 Pure numpy/pandas; never imports torch.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from analysis.errors import FitInputError
-from analysis.fit import OFFSET_POWER
-from analysis.select import BUDGET_RTOL
+from analysis.errors import AnalysisError, FitInputError
+from analysis.laws import OFFSET_POWER
+from analysis.select import BUDGET_RTOL, curve_labels
+from analysis.settings import DEFAULT_BASELINE, FitSettings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analysis.multiplier import CurveData
+    from analysis.study import CurveData
 
 
 def check_form_budgets(sweep: str, label: str, n_budgets: int, form: str) -> None:
@@ -123,3 +128,30 @@ def missing_seeds(points: pd.DataFrame) -> tuple[MissingSeeds, ...]:
                 )
             )
     return tuple(out)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'baseline'?)`` when ``name`` is close to one of ``choices``, else ""."""
+    hint = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
+def variant_names(runs: pd.DataFrame) -> list[str]:
+    """The variant names a fit option may name in these runs: every ``variant`` and every curve label
+    (``<variant>-N<n_blocks>`` where a block-size ablation splits a variant)."""
+    if runs.empty:
+        return []
+    return sorted(set(runs["variant"].dropna().astype(str)) | set(curve_labels(runs).astype(str)))
+
+
+def check_variant_names(settings: FitSettings, runs: pd.DataFrame, root: Path) -> None:
+    """Refuse, before any fitting, a baseline that names no variant of the runs to fit (a typo would otherwise
+    give a report without multipliers). An empty tree has nothing to check, and the default name ("baseline")
+    is not refused: a tree without baseline runs still gets its curves fitted, with a note."""
+    found = variant_names(runs)
+    if found and settings.baseline not in found and settings.baseline != DEFAULT_BASELINE:
+        raise AnalysisError(
+            f"baseline {settings.baseline!r} is not a variant of the runs under {root}"
+            + did_you_mean(settings.baseline, found)
+            + f"; variants found: {', '.join(found)} (choose with --baseline)"
+        )

@@ -1,7 +1,7 @@
 """Diagnostics of a variant's fit against the baseline's, beside its multiplier: the lack-of-fit test of each law,
 whether the bootstrap can give a calibrated interval (reliability), the paired loss gap at each budget, and the
 exponent test with the choice of the headline's exponent it drives. Each takes the bootstrap study of
-:func:`analysis.multiplier.run_study` and returns a result type of :mod:`analysis.results`.
+:func:`analysis.study.run_study` and returns a result type of :mod:`analysis.results`.
 
 Pure numpy/scipy; never imports torch.
 """
@@ -15,9 +15,10 @@ import numpy as np
 
 from analysis.bootstrap import estimate
 from analysis.fit import JointPowerLawFit
-from analysis.multiplier import BUDGETS, MIN_BUDGETS, SEEDS, Study, bootstrap_p_value, exponent_difference
 from analysis.results import BudgetGap, ExponentTest, LackOfFit
 from analysis.settings import FitSettings
+from analysis.study import BUDGETS, MIN_BUDGETS, SEEDS, Study
+from analysis.study_stats import bootstrap_p_value, exponent_difference
 
 EXPONENT_TEST_LEVEL = 0.99
 

@@ -201,7 +201,9 @@ def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
     c, b, levels = float(start[0]), float(start[1]), tuple(float(v) for v in start[2:])
     fitted = np.sort(g["lr"].unique())
     swept = np.sort(cell["lr"].unique())
-    t_star, edge = _vertex(b, c, math.log(fitted[0]) - centre, math.log(fitted[-1]) - centre, float(np.mean(levels)))
+    t_star, edge = quadratic_minimum(
+        b, c, math.log(fitted[0]) - centre, math.log(fitted[-1]) - centre, float(np.mean(levels))
+    )
     best = {"low": fitted[0], "high": fitted[-1]}.get(edge, math.exp(centre + t_star))
     if edge and best != swept[0 if edge == "low" else -1]:
         edge = ""  # the end of the window inside the swept rates: the minimum lies in the grid, near that rate
@@ -239,7 +241,7 @@ def _window(g: pd.DataFrame) -> pd.DataFrame:
     return g[g["lr"].isin(rates[first : first + LOCAL_RATES])]
 
 
-def _vertex(b: float, c: float, lo: float, hi: float, a: float) -> tuple[float, str]:
+def quadratic_minimum(b: float, c: float, lo: float, hi: float, a: float) -> tuple[float, str]:
     """The minimum of a + b t + c t^2 over [lo, hi], and which end it sits on ("" when inside)."""
     if c > 0:
         t = -b / (2 * c)

@@ -186,7 +186,7 @@ def frontier_multipliers(
                     _estimate(float(m[0, k]), kept, level),
                     float(math.exp(n_var[iv[0, k]])),
                     float(math.exp(n_base[ib[0, k]])) if ib[0, k] >= 0 else math.nan,
-                    _edge(iv[0, k], ib[0, k], label, baseline),
+                    edge_note(iv[0, k], ib[0, k], label, baseline),
                     paired,
                     failed,
                 )
@@ -214,7 +214,9 @@ def _read_at(flops: np.ndarray) -> np.ndarray:
     return np.array([low, math.sqrt(low * high), high])
 
 
-def _edge(iv: int, ib: int, label: str, baseline: str) -> str:
+def edge_note(iv: int, ib: int, label: str, baseline: str) -> str:
+    """Why a frontier M may not be what it seems: a surface's optimum at an end of the searched sizes (grid index
+    ``iv`` of the variant, ``ib`` of the baseline; -1: beyond the searched compute); "" when neither is."""
     where = [] if ib >= 0 else [f"{baseline} beyond the searched compute"]
     for who, i in ((label, iv), (baseline, ib)):
         if i == 0:

@@ -105,6 +105,18 @@ class Results:
         return runs[(runs["status"] == "done") & loss.notna() & (loss > 0) & loss.map(math.isfinite)]
 
 
+def sweep_of(problem: Problem) -> str:
+    """The sweep folder a problem run lies in (problems of sweeps left out of the fits are not reported)."""
+    return problem.path.split("/")[0]
+
+
+def may_belong(problem: Problem, sweep: str, results: Results) -> bool:
+    """Whether a problem run may belong to ``sweep``: it lies in that sweep's folder, or in no sweep folder of
+    the results (the results root is a sweep folder or a run folder itself)."""
+    where = sweep_of(problem)
+    return where == sweep or where not in results.sweeps
+
+
 def _empty(schema: pa.Schema, lead: Iterable[str] = ()) -> pd.DataFrame:
     frame = schema.empty_table().to_pandas()
     for i, name in enumerate(lead):

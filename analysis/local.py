@@ -1,6 +1,6 @@
 """M at each measured budget from the data around that budget, not from the baseline's global fit.
 
-The per-budget M of :mod:`analysis.multiplier` inverts the baseline's law fitted to every budget, so it inherits
+The per-budget M of :mod:`analysis.study_stats` inverts the baseline's law fitted to every budget, so it inherits
 that law's misfit: where the baseline's own point sits 2 % off its law, a variant with the same measured loss
 gets an M far from 1. The **local** M at the variant's budget k compares the variant's measured loss there with
 a baseline law fitted only to the baseline's budgets nearest to k:
@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from analysis.bootstrap import Estimate, estimate, json_number
-from analysis.multiplier import CurveData, Study, law_arrays
+from analysis.models import law_arrays
+from analysis.study import CurveData, Study
 
 LOCAL_BUDGETS = 3
 

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from analysis.bootstrap import Estimate, json_number
-from analysis.fit import law_arrays
 from analysis.local import global_log_slope
-from analysis.multiplier import Study
+from analysis.models import law_arrays
+from analysis.study import Study
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit
 from analysis.frontier import FrontierMultiplier
 from analysis.load import Problem
 from analysis.local import LocalMultiplier
-from analysis.multiplier import BUDGETS
 from analysis.paired import PairedMultiplier
 from analysis.sensitivity import Sensitivity
 from analysis.settings import UNIT_NAMES, FitSettings
 from analysis.stalls import Stall
+from analysis.study import BUDGETS
 
 FORMAT = "attnres-fit/1"
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import AnalysisError
-from analysis.fit import HUBER_DELTA, _minimize
+from analysis.optimizer import HUBER_DELTA, minimize
 from attnres.variants import Variant
 
 SELECT_METHODS = ("mean", "median", "best")
@@ -245,7 +245,7 @@ def isoflop_frontier(
             x = np.log(sizes)
             centre, scale = float(x.mean()), float(x.std()) or 1.0
             t = (x - centre) / scale
-            sol = _minimize(_QuadraticModel(t), np.log(loss), None, delta, n_starts=1)
+            sol = minimize(_QuadraticModel(t), np.log(loss), None, delta, n_starts=1)
             c0, c1, c2 = sol.theta
             if sol.status != "converged":
                 notes.append(

@@ -28,9 +28,10 @@ import numpy as np
 
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
-from analysis.fit import OFFSET_POWER, POWER
-from analysis.multiplier import CurveData, curves_log_multiplier, run_study, shared_log_multiplier
+from analysis.laws import OFFSET_POWER, POWER
 from analysis.settings import FitSettings
+from analysis.study import CurveData, run_study
+from analysis.study_stats import curves_log_multiplier, shared_log_multiplier
 
 # ``multipliers`` below are analysis.results.VariantMultiplier objects: not imported, not even for type checking,
 # because analysis.results imports this module (the import graph has no cycles)

@@ -14,11 +14,12 @@ from typing import Any
 
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT
 from analysis.errors import AnalysisError
-from analysis.fit import FORMS, HUBER_DELTA, PFLOP_S_DAY, POWER, normalize_form
-from analysis.multiplier import BUDGETS, INTERVAL_METHODS
+from analysis.laws import FORMS, PFLOP_S_DAY, POWER, normalize_form
+from analysis.optimizer import HUBER_DELTA
 from analysis.points import LR_RULES, PROTOCOLS
 from analysis.select import BUDGET_RTOL, SELECT_METHODS
 from analysis.stalls import STALL_MARGIN
+from analysis.study import BUDGETS, INTERVAL_METHODS
 
 COMPUTE_UNITS = {"flops": 1.0, "pflops_days": PFLOP_S_DAY}
 

@@ -7,14 +7,17 @@ The report package and the CLI both read these numbers instead of recomputing th
 Per sweep (a sweep is one designed study; sweeps are never pooled):
 
 1. points: one per (curve, size, budget) from the finished runs (:mod:`analysis.select`; kept in
-   :attr:`SweepFit.points`), or the IsoFLOP frontier when a budget has several sizes;
+   :attr:`SweepFit.points`), or the IsoFLOP frontier when a budget has several sizes, chosen and checked
+   before any fit (:mod:`analysis.sweep_points`, :mod:`analysis.checks`);
 2. one power law per curve, the joint fit with a shared exponent, and one bootstrap shared by all of them
-   (:func:`analysis.multiplier.run_study`);
+   (:func:`analysis.study.run_study`);
 3. per variant: M at every measured budget, M at the largest budget from the curves (shared or separate
-   exponents, chosen by the exponent test), the wall-clock multiplier, the exponent test;
+   exponents, chosen by the exponent test), the wall-clock multiplier (FLOP/s from :mod:`analysis.throughput`),
+   the exponent test;
 4. the Chinchilla surface per curve where N and D vary independently.
 
-No I/O here beyond loading a results tree when given a path; no plotting; never imports torch.
+No I/O here beyond loading a results tree (and a sweep's ``throughput.json``) when given a path; no plotting;
+never imports torch.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,32 +33,17 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import Estimate, estimate
-from analysis.checks import MissingSeeds, check_budget_ranges, check_form_budgets, missing_seeds
+from analysis.checks import check_budget_ranges, check_variant_names, did_you_mean, missing_seeds
 from analysis.diagnostics import budget_gaps, choose_exponent, exponent_test, lack_of_fit, reliability
-from analysis.envelope import Envelopes, has_rate_sweeps
+from analysis.envelope import has_rate_sweeps
 from analysis.errors import AnalysisError, FitInputError
-from analysis.fit import (
-    OFFSET_POWER,
-    ChinchillaFit,
-    JointPowerLawFit,
-    PowerLawFit,
-    fit_chinchilla,
-    joint_result,
-    law_arrays,
-)
+from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit, fit_chinchilla, joint_result
 from analysis.frontier import FrontierMultiplier, frontier_multipliers
-from analysis.load import Problem, Results, load_results
+from analysis.laws import OFFSET_POWER
+from analysis.load import Results, load_results, may_belong, sweep_of
 from analysis.local import local_multipliers
-from analysis.multiplier import (
-    CurveData,
-    Study,
-    curves_log_multiplier,
-    multiplier_estimates,
-    points_log_multiplier,
-    run_study,
-    shared_log_multiplier,
-    wall_clock_multiplier,
-)
+from analysis.models import law_arrays
+from analysis.multiplier import wall_clock_multiplier
 from analysis.paired import PairedMultiplier, agreement, paired_multiplier
 from analysis.points import PROTOCOLS, choose_points, labelled
 from analysis.results import (
@@ -68,25 +56,20 @@ from analysis.results import (
     SweepFit,
     VariantMultiplier,
 )
-from analysis.select import isoflop_frontier, needs_frontier, select_points
+from analysis.select import select_points
 from analysis.sensitivity import sweep_sensitivity
-from analysis.settings import (
-    ALIASES,
-    COMPUTE_UNITS,
-    DEFAULT_BASELINE,
-    TRUNK_SUFFIX,
-    TUNING_SUFFIX,
-    UNIT_SHORT,
-    FitSettings,
-)
+from analysis.settings import ALIASES, COMPUTE_UNITS, TRUNK_SUFFIX, TUNING_SUFFIX, UNIT_SHORT, FitSettings
 from analysis.slices import slices
 from analysis.stalls import Stall, find_stalls
-from analysis.throughput import RATIO_HIGH, RATIO_LOW, implausible, read_side_by_side, side_by_side_by_shape
-
-# ---------------------------------------------------------------------------------------------------------
-# Computing a report
-
-# ---------------------------------------------------------------------------------------------------------
+from analysis.study import CurveData, Study, run_study
+from analysis.study_stats import (
+    curves_log_multiplier,
+    multiplier_estimates,
+    points_log_multiplier,
+    shared_log_multiplier,
+)
+from analysis.sweep_points import PreparedSweep, collect_warnings, curves_under, flop_conventions, prepare_sweep
+from analysis.throughput import flag_implausible, sweep_folders, sweep_throughput, throughput_ratios
 
 
 def _power_fit(study: Study, label: str, settings: FitSettings) -> PowerLawFit:
@@ -120,79 +103,8 @@ def _power_fit(study: Study, label: str, settings: FitSettings) -> PowerLawFit:
     )
 
 
-def _collect_warnings(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """Call fn, re-emit its warnings, and return their texts too (they go into the report's notes)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = fn(*args, **kwargs)
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return out, [str(w.message) for w in caught]
-
-
-@dataclass
-class _Prepared:
-    """A sweep's points, chosen and checked, before any law is fitted (:func:`prepare_sweep`)."""
-
-    sweep: str
-    points: pd.DataFrame
-    conventions: tuple[str, ...]
-    frontier: bool
-    data: list[CurveData]
-    rows: dict[str, pd.DataFrame]
-    notes: list[str]
-    missing_seeds: tuple[MissingSeeds, ...]
-    runs: pd.DataFrame
-    envelopes: Envelopes | None = None
-
-
-def _conventions(runs: pd.DataFrame) -> tuple[str, ...]:
-    """The FLOP conventions of a sweep's finished runs."""
-    return tuple(sorted(runs.loc[runs["status"] == "done", "flops_convention"].dropna().astype(str).unique()))
-
-
-def prepare_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> _Prepared:
-    """Step 1 of the module docstring, and the checks of :mod:`analysis.checks`: the points of every curve,
-    a :class:`FitInputError` for what no fit can support, and the seeds missing at some budget."""
-    notes: list[str] = []
-    (points, envelopes), warned = _collect_warnings(
-        choose_points,
-        runs,
-        select=settings.select,
-        lr=settings.lr,
-        protocol=settings.protocol,
-        baseline=settings.baseline,
-    )
-    notes += warned
-    conventions = _conventions(runs)
-    if len(conventions) > 1:
-        notes.append(
-            f"runs use {len(conventions)} different FLOP conventions; compute values are not comparable across them"
-        )
-    use_frontier = settings.frontier == "on" or (
-        settings.frontier == "auto" and needs_frontier(points, settings.budget_rtol)
-    )
-    curve_points = points
-    if use_frontier and not points.empty:
-        curve_points, frontier_notes = isoflop_frontier(points, rtol=settings.budget_rtol, delta=settings.delta)
-        notes += list(frontier_notes)
-    data, rows = _curve_data(curve_points, settings, notes, sweep)
-    check_budget_ranges(sweep, data, settings.baseline, UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
-    return _Prepared(
-        sweep, points, conventions, use_frontier, data, rows, notes, missing_seeds(points), runs, envelopes
-    )
-
-
-def _curves_under(prepared: _Prepared, settings: FitSettings) -> list[CurveData]:
-    """The sweep's curves under other settings (for the sensitivity table); its warnings and notes were
-    already given once, under the report's own settings."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return prepare_sweep(prepared.runs, prepared.sweep, settings).data
-
-
 def _fit_sweep(
-    prepared: _Prepared, settings: FitSettings, folders: tuple[Path, ...] = (), stalls: tuple[Stall, ...] = ()
+    prepared: PreparedSweep, settings: FitSettings, folders: tuple[Path, ...] = (), stalls: tuple[Stall, ...] = ()
 ) -> SweepFit:
     """Curves, joint fit, multipliers and Chinchilla surfaces of one prepared sweep (the module docstring's
     steps 2-4), with each variant's paired per-size M, its headline without the ``stalls`` and under the other
@@ -215,25 +127,10 @@ def _fit_sweep(
             stalls=stalls,
         )
     fitted = [d.label for d in p.data]
-    entries, source = read_side_by_side(list(folders))
-    if source is not None:
-        throughput = side_by_side_by_shape(p.points, entries)
-        notes.append(f"wall-clock M from throughput measured side by side ({source.name})")
-    else:
-        throughput = _throughput_by_shape(p.points)
-        notes.append(
-            "wall-clock M from the tokens/s each run logged while it trained (at different times, on a machine that "
-            "may have been shared); `attnres sweep throughput GRID` measures the variants side by side"
-        )
+    throughput = sweep_throughput(p.points, folders, notes)
     study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes)
-    for m in multipliers:
-        if implausible(m.throughput_ratio):
-            notes.append(
-                f"{m.variant}: FLOP/s ratio {m.throughput_ratio:.3g} to the baseline is outside "
-                f"[{RATIO_LOW:g}, {RATIO_HIGH:g}] (flagged !): its wall-clock M says more about the machine's load "
-                "than about the model"
-            )
-    found = sweep_sensitivity(p.data, settings, multipliers, lambda other: _curves_under(p, other))
+    flag_implausible(multipliers, notes)
+    found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other))
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     multipliers = [replace(m, paired=_paired(study, m.variant, m.multiplier, settings)) for m in multipliers]
     if stalls:
@@ -353,7 +250,7 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its slices gave the points' warnings already
         points = select_points(runs, method=settings.select)
-    conventions = _conventions(runs)
+    conventions = flop_conventions(runs)
     notes = [
         "every (size, budget) point of the sweep, each curve fitted as one Chinchilla surface L(N, D); the power "
         f"laws in C are fitted per ratio ({sweep}@<r>tpp)"
@@ -415,62 +312,6 @@ def fit_curves(
     return study, joint, multipliers
 
 
-def _curve_data(
-    curve_points: pd.DataFrame, settings: FitSettings, notes: list[str], sweep: str = ""
-) -> tuple[list[CurveData], dict[str, pd.DataFrame]]:
-    """The data of every curve with enough budgets for the form (baseline first, then by name), and each
-    fitted curve's points; a curve with one budget gets a note, one with two under the form with E an error
-    (:func:`analysis.checks.check_form_budgets`)."""
-    unit = COMPUTE_UNITS[settings.compute_unit]
-    labels = sorted(curve_points["curve"].unique().tolist()) if not curve_points.empty else []
-    if settings.baseline in labels:
-        labels = [settings.baseline] + [lab for lab in labels if lab != settings.baseline]
-    n_params = 3 if settings.form == OFFSET_POWER else 2
-    data, rows = [], {}
-    for label in labels:
-        g = curve_points[curve_points["curve"] == label].sort_values("flops", kind="stable")
-        distinct = g["flops"].nunique()
-        check_form_budgets(sweep, label, distinct, settings.form)
-        if distinct < n_params:
-            notes.append(f"{label}: not fitted, {distinct} budget(s) for a form with {n_params} parameters")
-            continue
-        run_losses = [
-            np.asarray(r, dtype=float)
-            if r is not None and not (isinstance(r, float) and math.isnan(r)) and len(r) >= 2
-            else None
-            for r in g["run_losses"]
-        ]
-        data.append(
-            CurveData(
-                label,
-                g["flops"].to_numpy(float) / unit,
-                g["loss"].to_numpy(float),
-                run_losses,
-                g["n_runs"].to_numpy(int),
-                settings.select,
-                budget_keys=_budget_keys(g),
-                # the seeds behind every point of runs, a single one too (the paired M pairs it by seed)
-                run_seeds=[
-                    np.asarray(r, dtype=int)
-                    if isinstance(r, tuple) and (run_losses[i] is not None or len(r) == 1)
-                    else None
-                    for i, r in enumerate(g["run_seeds"] if "run_seeds" in g else [None] * len(g))
-                ],
-            )
-        )
-        rows[label] = g
-    return data, rows
-
-
-def _budget_keys(g: pd.DataFrame) -> list[Any] | None:
-    """What names each point's budget across curves: its model shape and tokens (a variant's FLOPs differ
-    from the baseline's at the same shape); None (the points' ranks) for IsoFLOP minima, whose shapes vary."""
-    if "n_sizes" in g.columns or not {"n_layer", "d_model", "tokens"} <= set(g.columns):
-        return None
-    keys = [(int(r.n_layer), int(r.d_model), int(round(float(r.tokens)))) for r in g.itertuples()]
-    return keys if len(set(keys)) == len(keys) else None
-
-
 def _curve_result(study: Study, label: str, g: pd.DataFrame, settings: FitSettings, notes: list[str]) -> CurveResult:
     """A fitted curve with its points (``g``: the curve's rows of points); a fit that did not converge gets a
     note."""
@@ -515,23 +356,6 @@ def _joint_fit(study: Study, settings: FitSettings) -> JointPowerLawFit | None:
     )
 
 
-def _sweep_folders(root: Path, runs: pd.DataFrame) -> tuple[Path, ...]:
-    """The folders holding a sweep's run folders (where ``attnres sweep throughput`` writes its file)."""
-    if "path" not in runs:
-        return ()
-    return tuple(sorted({(Path(root) / str(p)).parent for p in runs["path"]}))
-
-
-def _throughput_by_shape(points: pd.DataFrame) -> dict[tuple[str, int, int], float]:
-    """Median measured FLOP/s per (curve, n_layer, d_model) over the points of that shape."""
-    out = {}
-    for (curve, n_layer, d_model), g in points.groupby(["curve", "n_layer", "d_model"]):
-        values = g["flops_per_s"].to_numpy(dtype=float)
-        values = values[np.isfinite(values)]
-        out[(str(curve), int(n_layer), int(d_model))] = float(np.median(values)) if values.size else math.nan
-    return out
-
-
 def _variant_multiplier(
     study: Study,
     label: str,
@@ -561,7 +385,7 @@ def _variant_multiplier(
     if rows is None:
         ratios = [math.nan] * data.compute.size
     else:
-        ratios = _throughput_ratios(label, base, rows[label], throughput, notes)
+        ratios = throughput_ratios(label, base, rows[label], throughput, notes)
     n_runs_base = int(study.data[base].n_runs.sum())
     local = local_multipliers(study, label, base, level, study.n_boot, np.random.default_rng([settings.seed, 2]))
     budgets = tuple(
@@ -605,28 +429,6 @@ def _variant_multiplier(
     )
 
 
-def _throughput_ratios(
-    label: str,
-    base: str,
-    g_var: pd.DataFrame,
-    throughput: dict[tuple[str, int, int], float],
-    notes: list[str],
-) -> list[float]:
-    """Per point of the variant (``g_var``), its measured FLOP/s over the baseline's at the same model size
-    (nan where either is missing, with a note)."""
-    ratios = []
-    for r in g_var.itertuples():
-        r_var = throughput.get((label, int(r.n_layer), int(r.d_model)), math.nan)
-        r_base = throughput.get((base, int(r.n_layer), int(r.d_model)), math.nan)
-        ratios.append(r_var / r_base if r_base and math.isfinite(r_base) and math.isfinite(r_var) else math.nan)
-    if any(math.isnan(x) for x in ratios):
-        notes.append(
-            f"{label}: no throughput of the baseline at the same model size for some budgets; "
-            "wall-clock multiplier is nan there"
-        )
-    return ratios
-
-
 def _chinchilla_fits(
     points: pd.DataFrame, fitted: list[str], settings: FitSettings, notes: list[str]
 ) -> dict[str, ChinchillaFit]:
@@ -640,7 +442,7 @@ def _chinchilla_fits(
         if abs(np.corrcoef(log_n, log_d)[0, 1]) > 0.99:
             continue  # N and D move together (one size per budget): the surface is not identifiable
         try:
-            fit, warned = _collect_warnings(
+            fit, warned = collect_warnings(
                 fit_chinchilla,
                 g["params"],
                 g["tokens"],
@@ -679,7 +481,7 @@ def fit_results(
     unknown = sorted(set(options) - set(FitSettings.__dataclass_fields__))
     if unknown:
         raise AnalysisError(
-            f"unknown fit option(s) {', '.join(unknown)}" + _did_you_mean(unknown[0], FitSettings.__dataclass_fields__)
+            f"unknown fit option(s) {', '.join(unknown)}" + did_you_mean(unknown[0], FitSettings.__dataclass_fields__)
         )
     settings = replace(settings or FitSettings(), **options)  # FitSettings checks every value
     if not isinstance(results, Results):
@@ -694,12 +496,12 @@ def fit_results(
         if missing:
             raise AnalysisError(
                 f"sweep(s) {', '.join(map(repr, missing))} not found in {results.root}"
-                + _did_you_mean(missing[0], results.sweeps)
+                + did_you_mean(missing[0], results.sweeps)
                 + f"; sweeps found: {', '.join(results.sweeps) or 'none'} (choose with --sweep)"
             )
         names = wanted
-    _check_variant_names(settings, runs[runs["sweep"].isin(names)], results.root)
-    problems = [p for p in results.problems if _sweep_of(p) in names or _sweep_of(p) not in results.sweeps]
+    check_variant_names(settings, runs[runs["sweep"].isin(names)], results.root)
+    problems = [p for p in results.problems if sweep_of(p) in names or sweep_of(p) not in results.sweeps]
     unreadable = tuple(p for p in problems if p.unreadable)
     # every sweep's points are chosen and checked before the first law is fitted: bad input is one error up front;
     # a sweep with several training lengths per size is fitted once per length (analysis.slices)
@@ -708,9 +510,9 @@ def fit_results(
     prepared = [(name, part, prepare_sweep(part, label, settings)) for name, label, part in parts]
     fits = []
     for i, (name, part, p) in enumerate(prepared):
-        belongs = tuple(path.path for path in unreadable if _may_belong(path, name, results))
+        belongs = tuple(path.path for path in unreadable if may_belong(path, name, results))
         stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
-        fitted = _fit_sweep(p, settings, _sweep_folders(results.root, part), stalls)
+        fitted = _fit_sweep(p, settings, sweep_folders(results.root, part), stalls)
         fits.append(replace(fitted, unreadable=belongs))
         last_slice = i + 1 == len(prepared) or prepared[i + 1][0] != name
         if last_slice and len(sliced[name]) > 1 and settings.chinchilla:  # then the whole sweep as one surface
@@ -725,46 +527,3 @@ def fit_results(
         n_runs=len(runs),
         unreadable=unreadable,
     )
-
-
-def _may_belong(problem: Problem, sweep: str, results: Results) -> bool:
-    """Whether a problem run may belong to ``sweep``: it lies in that sweep's folder, or in no sweep folder of
-    the results (the results root is a sweep folder or a run folder itself)."""
-    where = _sweep_of(problem)
-    return where == sweep or where not in results.sweeps
-
-
-def _did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'baseline'?)`` when ``name`` is close to one of ``choices``, else ""."""
-    import difflib
-
-    hint = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {hint[0]!r}?)" if hint else ""
-
-
-def variant_names(runs: pd.DataFrame) -> list[str]:
-    """The variant names a fit option may name in these runs: every ``variant`` and every curve label
-    (``<variant>-N<n_blocks>`` where a block-size ablation splits a variant)."""
-    from analysis.select import curve_labels
-
-    if runs.empty:
-        return []
-    return sorted(set(runs["variant"].dropna().astype(str)) | set(curve_labels(runs).astype(str)))
-
-
-def _check_variant_names(settings: FitSettings, runs: pd.DataFrame, root: Path) -> None:
-    """Refuse, before any fitting, a baseline that names no variant of the runs to fit (a typo would otherwise
-    give a report without multipliers). An empty tree has nothing to check, and the default name ("baseline")
-    is not refused: a tree without baseline runs still gets its curves fitted, with a note."""
-    found = variant_names(runs)
-    if found and settings.baseline not in found and settings.baseline != DEFAULT_BASELINE:
-        raise AnalysisError(
-            f"baseline {settings.baseline!r} is not a variant of the runs under {root}"
-            + _did_you_mean(settings.baseline, found)
-            + f"; variants found: {', '.join(found)} (choose with --baseline)"
-        )
-
-
-def _sweep_of(problem: Problem) -> str:
-    """The sweep folder a problem run lies in (problems of sweeps left out of the fits are not reported)."""
-    return problem.path.split("/")[0]

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from analysis.fit import OFFSET_POWER, POWER
+from analysis.laws import OFFSET_POWER, POWER
 from analysis.robust_tables import envelope_table, paired_table, protocol_cell_table, protocol_table, stall_texts
 from analysis.table_format import (
     MISSING_SEEDS,

@@ -6,14 +6,19 @@ wall-clock multiplier falls back to the tokens/s each run logged while it traine
 measures the load at the time as much as the model; the fit then says so in the sweep's notes. A FLOP/s ratio
 outside [:data:`RATIO_LOW`, :data:`RATIO_HIGH`] is flagged wherever wall-clock M is shown: variants of one size
 differ by a few tens of percent in FLOP/s, so a ratio that far from 1 is more likely the machine than the model.
+:func:`throughput_ratios` gives each point of a variant its FLOP/s ratio to the baseline at the same model size,
+the factor that turns M into wall-clock M (:func:`analysis.multiplier.wall_clock_multiplier`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis.errors import AnalysisError
@@ -59,3 +64,70 @@ def side_by_side_by_shape(points: pd.DataFrame, entries: list[dict]) -> dict[tup
             float(found[0]["flops_per_s"]) if found else math.nan
         )
     return out
+
+
+def sweep_folders(root: Path, runs: pd.DataFrame) -> tuple[Path, ...]:
+    """The folders holding a sweep's run folders (where ``attnres sweep throughput`` writes its file)."""
+    if "path" not in runs:
+        return ()
+    return tuple(sorted({(Path(root) / str(p)).parent for p in runs["path"]}))
+
+
+def logged_by_shape(points: pd.DataFrame) -> dict[tuple[str, int, int], float]:
+    """Median measured FLOP/s per (curve, n_layer, d_model) over the points of that shape."""
+    out = {}
+    for (curve, n_layer, d_model), g in points.groupby(["curve", "n_layer", "d_model"]):
+        values = g["flops_per_s"].to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        out[(str(curve), int(n_layer), int(d_model))] = float(np.median(values)) if values.size else math.nan
+    return out
+
+
+def sweep_throughput(
+    points: pd.DataFrame, folders: Sequence[Path], notes: list[str]
+) -> dict[tuple[str, int, int], float]:
+    """FLOP/s per (curve, n_layer, d_model) of a sweep's points: measured side by side where the sweep's folders
+    hold a ``throughput.json``, else as the runs logged it; a note says which."""
+    entries, source = read_side_by_side(list(folders))
+    if source is not None:
+        notes.append(f"wall-clock M from throughput measured side by side ({source.name})")
+        return side_by_side_by_shape(points, entries)
+    notes.append(
+        "wall-clock M from the tokens/s each run logged while it trained (at different times, on a machine that "
+        "may have been shared); `attnres sweep throughput GRID` measures the variants side by side"
+    )
+    return logged_by_shape(points)
+
+
+def throughput_ratios(
+    label: str,
+    base: str,
+    g_var: pd.DataFrame,
+    throughput: dict[tuple[str, int, int], float],
+    notes: list[str],
+) -> list[float]:
+    """Per point of the variant (``g_var``), its measured FLOP/s over the baseline's at the same model size
+    (nan where either is missing, with a note)."""
+    ratios = []
+    for r in g_var.itertuples():
+        r_var = throughput.get((label, int(r.n_layer), int(r.d_model)), math.nan)
+        r_base = throughput.get((base, int(r.n_layer), int(r.d_model)), math.nan)
+        ratios.append(r_var / r_base if r_base and math.isfinite(r_base) and math.isfinite(r_var) else math.nan)
+    if any(math.isnan(x) for x in ratios):
+        notes.append(
+            f"{label}: no throughput of the baseline at the same model size for some budgets; "
+            "wall-clock multiplier is nan there"
+        )
+    return ratios
+
+
+def flag_implausible(multipliers: Sequence[Any], notes: list[str]) -> None:
+    """A note for every variant (``multipliers``: :class:`analysis.results.VariantMultiplier` objects, not imported
+    here) whose headline FLOP/s ratio to the baseline is implausible (:func:`implausible`)."""
+    for m in multipliers:
+        if implausible(m.throughput_ratio):
+            notes.append(
+                f"{m.variant}: FLOP/s ratio {m.throughput_ratio:.3g} to the baseline is outside "
+                f"[{RATIO_LOW:g}, {RATIO_HIGH:g}] (flagged !): its wall-clock M says more about the machine's load "
+                "than about the model"
+            )

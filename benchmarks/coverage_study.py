@@ -38,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.multiplier import INTERVAL_METHODS, CurveData  # noqa: E402
 from analysis.settings import FitSettings  # noqa: E402
+from analysis.study import INTERVAL_METHODS, CurveData  # noqa: E402
 from analysis.sweep_fits import fit_curves  # noqa: E402
 
 TRUE_M = 0.8

@@ -48,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.paired import paired_multiplier  # noqa: E402
 from analysis.settings import FitSettings  # noqa: E402
-from analysis.sweep_fits import fit_curves, prepare_sweep  # noqa: E402
+from analysis.sweep_fits import fit_curves  # noqa: E402
+from analysis.sweep_points import prepare_sweep  # noqa: E402
 
 TRUE_M = 1.25
 SIZES = np.geomspace(8e4, 3.2e5, 5)  # non-embedding parameters, about cpu_envelope's ladder

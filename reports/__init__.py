@@ -25,11 +25,11 @@ from typing import Any
 _EXPORTS = {
     # the builder
     "build_report": "reports.build",
-    "ReportSummary": "reports.build",
-    "FigureRecord": "reports.build",
-    "Skipped": "reports.build",
-    "Headline": "reports.build",
-    "save_figure": "reports.build",
+    "ReportSummary": "reports.records",
+    "FigureRecord": "reports.records",
+    "Skipped": "reports.records",
+    "Headline": "reports.headline",
+    "save_figure": "reports.files",
     "MissingData": "reports.data",
     # figures
     "plot_scaling_curves": "reports.scaling",

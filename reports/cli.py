@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``attnres report``; returns the exit code: 0 written; 1 written but incomplete (some run.parquet could
     not be read: the headline says INCOMPLETE and lists them); 2 bad input (a missing results directory, a bad
     option or variant name, an output folder that cannot be written). Every error is one line on stderr."""
+    # here, not at the top: the builder pulls in pandas, scipy and matplotlib, and `attnres --help` stays fast
     from pathlib import Path
 
     from analysis.errors import AnalysisError

@@ -26,6 +26,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from analysis import select_points
+from analysis.slices import slices
+from reports.style import compact_int
+
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport, SweepFit
 
@@ -54,8 +58,6 @@ def sweep_runs(runs: pd.DataFrame, sweep: str | None) -> tuple[pd.DataFrame, str
 
 def _slice(runs: pd.DataFrame, name: str) -> pd.DataFrame:
     """The runs of ``<sweep>@<r>tpp``, as :func:`analysis.slices.slices` cut them (empty if it did not)."""
-    from analysis.slices import slices
-
     base = name.rsplit("@", 1)[0]
     of_base = runs[runs["sweep"].astype(str) == base]
     parts = dict(slices(base, of_base))
@@ -78,8 +80,6 @@ def table_rows(table: pd.DataFrame | None, sweep: str | None) -> pd.DataFrame:
 
 def select(runs: pd.DataFrame, method: str = "mean") -> pd.DataFrame:
     """:func:`analysis.select_points` without its warnings (the fit already reports dropped runs)."""
-    from analysis import select_points
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return select_points(runs, method=method)
@@ -103,8 +103,6 @@ class Shape:
     tokens: int
 
     def text(self) -> str:
-        from reports.style import compact_int
-
         return f"n_layer={self.n_layer}, d_model={self.d_model}, {compact_int(self.tokens)} tokens"
 
 

@@ -9,7 +9,8 @@ folder whose process is gone) or, killed between the two renames, puts the old r
 
 Because a build replaces its folder as a whole, it refuses a folder that is neither empty nor a report
 (one with files but no ``report.json`` / ``.report-files.json`` of ``attnres report``), the current folder
-or one holding it, and one that holds the results being reported. Standard library only; never imports torch.
+or one holding it, and one that holds the results being reported. Standard library and the project's output
+checks (:mod:`analysis.output`) only; never imports torch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from analysis.errors import OutputError
+from analysis.output import check_output_folder
 
 REPORT_FORMAT = "attnres-report/1"
 FILES_LIST = ".report-files.json"  # the files one build wrote, relative to its folder
@@ -85,8 +87,6 @@ def check_report_folder(out: str | Path, results_root: str | Path | None = None)
     Raises :class:`OutputError` when ``out`` (or a folder on its way) cannot be written
     (:func:`analysis.output.check_output_folder`), is the current folder or holds it, holds the results
     (``results_root``), or is a folder with files that is not a report folder."""
-    from analysis.output import check_output_folder
-
     check_output_folder(out, "the report folder")
     real = Path(os.path.realpath(out))
     cwd = Path.cwd().resolve()

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from analysis.frontier import at_largest_compute
+from analysis.select import curve_labels
+from reports.data import n_blocks_of
 from reports.document import Block, Paragraph, Table
+from reports.style import curve_order, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport
@@ -34,8 +38,6 @@ def base_of(sweep: str) -> tuple[str, str]:
 
 def curves_of(runs: pd.DataFrame) -> pd.Series:
     """Each run's curve (its variant, or ``block-N<n>`` where Block has several N at one size)."""
-    from analysis.select import curve_labels
-
     return curve_labels(runs) if len(runs) else pd.Series([], dtype=str)
 
 
@@ -77,10 +79,6 @@ def compared_sweeps(fit: FitReport) -> list[str]:
 def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> list[Block]:
     """The M table (a row per part and variant, a column per sweep) and the learning-rate table, with the
     protocol each sweep's runs show; nothing when fewer than two sweeps share their parts."""
-    from analysis.frontier import at_largest_compute
-    from reports.data import n_blocks_of
-    from reports.style import curve_order, variant_label
-
     bases = compared_sweeps(fit)
     if len(bases) < 2:
         return []
@@ -129,8 +127,6 @@ def _part_order(part: str) -> tuple[float, str]:
 
 
 def _lr_rows(runs: pd.DataFrame, bases: list[str], labels: dict[str, str]) -> list[dict[str, str]]:
-    from reports.style import curve_order
-
     done = runs[(runs["status"] == "done") & runs["sweep"].isin(bases)]
     done = done.assign(curve=curves_of(done).astype(str))
     variants = [v for v in curve_order(list(done["curve"].unique())) if v in labels or v == "baseline"]

@@ -17,14 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.bootstrap import Estimate, json_number
+from reports.paper import PAPER_ALPHA, PAPER_GAP_PCT, PAPER_M, PAPER_TOKENS_PER_PARAM, TABLE2_PARAMS
+from reports.style import compact_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import SweepFit, VariantMultiplier
-
-PAPER_M = 1.25  # Block AttnRes at C = 5.6 PFLOP/s-days, from the paper's fits
-PAPER_ALPHA = 0.057  # the baseline's published exponent
-PAPER_TOKENS_PER_PARAM = (38.7e9 / 194e6, 119.0e9 / 528e6)  # smallest and largest size, per activated parameter
-PAPER_GAP_PCT = 100 * (1.693 / 1.719 - 1)  # Block minus baseline at the largest size (528M), in % (-1.5)
 
 
 @dataclass(frozen=True)
@@ -100,7 +97,7 @@ def regime_rows(sw: SweepFit, order: list[str], labels: dict[str, str]) -> list[
             "M": f"{PAPER_M}",
             "tokens per parameter": _span(*PAPER_TOKENS_PER_PARAM) + " (activated)",
             "alpha": f"{PAPER_ALPHA}",
-            "loss gap at the largest budget (%)": f"{PAPER_GAP_PCT:.2g} (528M)",
+            "loss gap at the largest budget (%)": f"{PAPER_GAP_PCT:.2g} ({compact_int(TABLE2_PARAMS[-1])})",
             f"M from that gap at alpha {PAPER_ALPHA}": "",
         }
     )

@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analysis import PFLOP_S_DAY, PowerLaw
+from analysis.laws import OFFSET_POWER
 from analysis.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
 from reports.data import MissingData, sweep_fit
+from reports.paper import PAPER_BLOCK_N, PAPER_FITS, PAPER_HEADLINE_C, PAPER_M, PAPER_RANGE
 from reports.style import (
     FIGSIZE,
     curve_order,
@@ -35,11 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from analysis import FitReport, SweepFit
 
-# The paper's published fits, L = A * C^-alpha with C in PFLOP/s-days (their data, their tokenizer).
-PAPER_FITS = {"baseline": (1.891, 0.057), "block": (1.870, 0.058), "full": (1.865, 0.057)}
-PAPER_HEADLINE_C = 5.6  # PFLOP/s-days: where the paper quotes "Block matches 1.25x the baseline's compute"
-PAPER_RANGE = (0.45, 6.5)  # PFLOP/s-days, about the span of the paper's five sizes (their FLOP count)
-
 
 def compute_label(compute_unit: str) -> str:
     """The compute axis label for a report's unit."""
@@ -47,15 +45,11 @@ def compute_label(compute_unit: str) -> str:
 
 
 def compute_unit_scale(compute_unit: str) -> float:
-    from analysis import PFLOP_S_DAY
-
     return PFLOP_S_DAY if compute_unit == "pflops_days" else 1.0
 
 
 def paper_multiplier(variant: str) -> float | None:
     """M of the paper's published fits at C = 5.6 PFLOP/s-days (Block: 1.25, Full: 1.27); None for others."""
-    from analysis import PowerLaw
-
     name = curve_variant(variant).name
     if name not in ("block", "full"):
         return None
@@ -65,8 +59,6 @@ def paper_multiplier(variant: str) -> float | None:
 
 
 def _no_curve_reason(report: FitReport) -> str:
-    from analysis.fit import OFFSET_POWER
-
     need = 3 if report.settings.form == OFFSET_POWER else 2
     return (
         f"no curve could be fitted: a curve needs finished runs at {need} or more distinct budgets "
@@ -452,7 +444,7 @@ def _paper_references(axes: Any, refs: list[tuple[Any, float | None]], highs: li
 def _paper_name(name: str) -> str:
     """The legend name of one of the paper's fits (its Block AttnRes has about 8 blocks: ``N≈8``)."""
     if name == "block":
-        return Variant("block", 8).title.replace("(N=8)", "(N≈8)")
+        return Variant("block", PAPER_BLOCK_N).title.replace(f"(N={PAPER_BLOCK_N})", f"(N≈{PAPER_BLOCK_N})")
     return Variant(name).title
 
 
@@ -461,8 +453,6 @@ def plot_paper_curves() -> Figure:
     their data, their tokenizer and their FLOP count, so never on the same axes as our runs. The arrow marks
     the headline: at C = 5.6 the Block fit's loss needs C ~ 7.0 on the baseline fit (M ~ 1.25)."""
     import matplotlib.pyplot as plt
-
-    from analysis import PowerLaw
 
     grid = np.geomspace(PAPER_RANGE[0], 8.0, 200)
     with rc_context():
@@ -492,7 +482,7 @@ def plot_paper_curves() -> Figure:
             0.03,
             0.05,
             f"The headline: the Block fit's loss at C = {PAPER_HEADLINE_C} ({target:.3f}) needs C = {c_base:.2f}\n"
-            f'on the baseline fit (arrow), so M = {c_base / PAPER_HEADLINE_C:.3f} ("1.25x compute")',
+            f'on the baseline fit (arrow), so M = {c_base / PAPER_HEADLINE_C:.3f} ("{PAPER_M}x compute")',
             transform=ax.transAxes,
             fontsize=8.5,
             va="bottom",

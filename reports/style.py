@@ -205,6 +205,7 @@ def readable_log_ticks(ax: Any, axis: str = "y", values: Sequence[float] | None 
     A log axis inside one decade gets no labelled major tick from matplotlib's default locator; here the
     ticks are "nice" linear values across the visible range, labelled as plain numbers.
     """
+    # numpy with matplotlib, only where a figure is drawn: the colours and labels stay a light import
     import numpy as np
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter, NullLocator
 

@@ -15,29 +15,19 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis import tables as analysis_tables
+from analysis.select import curve_labels
 from analysis.tables import FitTable, curve_table
 from attnres.variants import Variant
 from reports.data import MissingData, Shape, n_blocks_of, sweep_fit, sweep_points, sweep_runs
-from reports.style import curve_order, curve_variant, is_main_variant, variant_label
+from reports.paper import PAPER_TABLE4, PAPER_TABLE4_BASELINE, PAPER_TABLE4_BLOCK_SIZE, PAPER_TABLE4_PARAMS
+from reports.style import compact_int, curve_order, curve_variant, is_main_variant, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport, SweepFit
 
-# The paper's Table 4 (436M model, their data): loss of each ablation minus the baseline's 1.766.
-PAPER_TABLE4_BASELINE = 1.766
-PAPER_TABLE4 = {
-    "denseformer": 1.767,
-    "mhc4": 1.747,
-    "full": 1.737,
-    "full+input_query": 1.731,
-    "full+scalar": 1.749,
-    "full+sigmoid": 1.741,
-    "full+no_key_norm": 1.743,
-    "full+window8": 1.764,
-    "block": 1.746,  # S = 4
-    "block+heads16": 1.752,
-    "block+no_key_norm": 1.750,
-}
+PAPER_TABLE4_SIZE = compact_int(PAPER_TABLE4_PARAMS)  # "436M": the paper's model of its Table 4
+# the ablation table's column of the paper's differences from its baseline
+PAPER_DELTA_COLUMN = f"paper Δ ({PAPER_TABLE4_SIZE}, their data)"
 
 _TAG_TEXT = {
     "no_key_norm": "without key RMSNorm",
@@ -193,8 +183,6 @@ def size_table(
 
 def _lr_swept_runs(runs: pd.DataFrame, sweep: str | None) -> tuple[pd.DataFrame, str]:
     """The finished runs (with their curve labels) at the sizes that were run at more than one learning rate."""
-    from analysis.select import curve_labels
-
     runs, sweep = sweep_runs(runs, sweep)
     done = runs[(runs["status"] == "done") & pd.to_numeric(runs["val_loss"], errors="coerce").notna()].copy()
     if done.empty:
@@ -289,7 +277,7 @@ def ablation_table(
             if nb is None or variant.split("+")[0] not in ("full", "block")
             else (1 if variant.split("+")[0] == "full" else math.ceil(n_sub / nb))
         )
-        paper = PAPER_TABLE4.get(variant) if (variant != "block" or s_value == 4) else None
+        paper = PAPER_TABLE4.get(variant) if (variant != "block" or s_value == PAPER_TABLE4_BLOCK_SIZE) else None
         rows.append(
             {
                 "variant": c,
@@ -302,7 +290,7 @@ def ablation_table(
                 "loss": float(r["loss"]),
                 "Δ loss vs baseline": float(r["loss"]) - base_loss if c != baseline else 0.0,
                 "seeds": int(r["n_runs"]),
-                "paper Δ (436M, their data)": (paper - PAPER_TABLE4_BASELINE)
+                PAPER_DELTA_COLUMN: (paper - PAPER_TABLE4_BASELINE)
                 if paper is not None
                 else (0.0 if c == baseline else math.nan),
             }

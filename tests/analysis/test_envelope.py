@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from analysis import fit_results
-from analysis.envelope import _vertex, fit_envelopes
+from analysis.envelope import fit_envelopes, quadratic_minimum
 from analysis.errors import FitInputError
 from analysis.points import labelled
 from analysis.tables import format_report
@@ -147,10 +147,10 @@ def test_an_envelope_needs_three_rates_per_cell(tmp_path):
 
 
 def test_the_vertex_is_restricted_to_the_swept_range():
-    assert _vertex(b=-1.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (0.5, "")
-    assert _vertex(b=-4.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (1.0, "high")
-    assert _vertex(b=4.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (-1.0, "low")
-    assert _vertex(b=1.0, c=-1.0, lo=-1.0, hi=1.0, a=0.0) == (-1.0, "low")  # concave: the lower end
+    assert quadratic_minimum(b=-1.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (0.5, "")
+    assert quadratic_minimum(b=-4.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (1.0, "high")
+    assert quadratic_minimum(b=4.0, c=1.0, lo=-1.0, hi=1.0, a=0.0) == (-1.0, "low")
+    assert quadratic_minimum(b=1.0, c=-1.0, lo=-1.0, hi=1.0, a=0.0) == (-1.0, "low")  # concave: the lower end
 
 
 def test_the_stall_detector_flags_a_lagging_seed_and_gives_m_without_it(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import analysis
 from analysis import FitInputError, PowerLaw, fit_chinchilla, fit_power_law, fit_power_law_joint
-from analysis.fit import PFLOP_S_DAY
+from analysis.laws import PFLOP_S_DAY
 
 C = np.geomspace(1e15, 1e21, 7)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import AnalysisError, ChinchillaLaw, PowerLaw, fit_results, format_report, load_results
-from analysis.fit import PFLOP_S_DAY
+from analysis.laws import PFLOP_S_DAY
 from tests.synthetic_results import write_synthetic_results
 
 TRUTH = {"baseline": 1.0, "full": 1.27, "block": 1.25}

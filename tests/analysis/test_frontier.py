@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.fit import fit_chinchilla
-from analysis.frontier import N_GRID, _edge, frontier_multipliers
+from analysis.frontier import N_GRID, edge_note, frontier_multipliers
 
 E, A, B, ALPHA, BETA = 1.7, 400.0, 410.0, 0.34, 0.28
 SIZES = [(4, 32), (5, 40), (6, 48), (8, 64)]
@@ -63,10 +63,10 @@ def test_the_interval_covers_k_with_noise_and_is_paired():
 
 
 def test_an_optimum_at_the_edge_of_the_trained_sizes_is_named():
-    assert _edge(0, 5, "full", "baseline") == "full's optimum at the smallest size"
-    assert _edge(3, N_GRID - 1, "full", "baseline") == "baseline's optimum at the largest size"
-    assert _edge(3, 5, "full", "baseline") == ""
-    assert _edge(3, -1, "full", "baseline") == "baseline beyond the searched compute"  # M is 0 or inf there
+    assert edge_note(0, 5, "full", "baseline") == "full's optimum at the smallest size"
+    assert edge_note(3, N_GRID - 1, "full", "baseline") == "baseline's optimum at the largest size"
+    assert edge_note(3, 5, "full", "baseline") == ""
+    assert edge_note(3, -1, "full", "baseline") == "baseline beyond the searched compute"  # M is 0 or inf there
 
 
 def test_no_baseline_surface_gives_no_frontier_multiplier():

@@ -202,8 +202,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_path, monkeypatch):
-    import reports.build
     import reports.dynamics
+    import reports.section
 
     out = tmp_path / "report"
     reports.build_report(tree, out, formats=("png",), n_boot=20, strict=True)
@@ -230,9 +230,9 @@ def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_pa
             raise KeyboardInterrupt
         return real_save(fig, stem, formats)
 
-    real_save = reports.build.save_figure
+    real_save = reports.section.save_figure
     monkeypatch.undo()
-    monkeypatch.setattr(reports.build, "save_figure", interrupted)
+    monkeypatch.setattr(reports.section, "save_figure", interrupted)
     with pytest.raises(KeyboardInterrupt):
         reports.build_report(tree, out, formats=("png", "svg"), n_boot=10)
     assert len(calls) == 3 and snapshot(out) == before
@@ -511,12 +511,12 @@ def test_cli_refuses_an_unwritable_report_folder_before_any_work(tree, tmp_path,
 
 
 def test_cli_reports_a_failed_write_in_one_line(tree, tmp_path, capsys, monkeypatch):
-    import reports.build
+    import reports.files
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device", str(tmp_path / "out" / "report.md"))
 
-    monkeypatch.setattr(reports.build, "to_markdown", full)
+    monkeypatch.setattr(reports.files, "to_markdown", full)
     assert report_cli([str(tree), "--out", str(tmp_path / "out"), "--n-boot", "0", "--no-svg"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines()[-1].startswith("attnres report: error: cannot write the report")
@@ -630,7 +630,7 @@ def test_the_report_shows_how_the_headline_moves_under_other_analysis_choices(bu
 
 
 def test_the_report_states_the_regime_next_to_m_and_shows_the_paired_gaps(built):
-    from reports.regime import PAPER_ALPHA
+    from reports.paper import PAPER_ALPHA
 
     md = built.report_md.read_text()
     sw = built.fit.sweeps[0]
@@ -665,7 +665,7 @@ def test_the_report_states_the_regime_next_to_m_and_shows_the_paired_gaps(built)
 )
 def test_the_headline_says_in_plain_words_what_its_interval_means(low, high, unreliable, words):
     from analysis.bootstrap import Estimate
-    from reports.build import Headline
+    from reports.headline import Headline
 
     h = Headline("s", "block2", "Block", 1e15, "FLOPs", Estimate(0.8, low, high), 0.9, "shared", 3, 3, "converged")
     h = dataclasses.replace(h, unreliable=unreliable)

@@ -1,0 +1,110 @@
+"""The figures of a sweep's section: scaling curves and multiplier, training dynamics, the block-size ablation, a
+depth-attention heatmap per AttnRes curve and, for a sweep fitted with learning-rate envelopes, loss against
+rate and best rate against size. Each is drawn by its figure function and saved by :func:`reports.section.figure`
+(or skipped with the reason). Never imports torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reports import ablation, dynamics, heatmaps, learning_rates, scaling
+from reports.context import ReportContext
+from reports.data import n_blocks_of
+from reports.records import Skipped
+from reports.section import Section, figure
+from reports.style import curve_order, curve_variant, is_attnres, variant_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis import SweepFit
+
+
+def sweep_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
+    """Every figure of the sweep: scaling curves and multiplier, training dynamics, block-size ablation, and
+    a depth-attention heatmap per AttnRes curve."""
+    sweep, runs, res, points = sw.sweep, ctx.results.runs, ctx.results, sw.points
+    if sw.frontier:
+        point_kind = "IsoFLOP minima per budget"
+    else:
+        point_kind = "mean over seeds at the best learning rate" if ctx.settings.select == "mean" else "the best run"
+    return [
+        figure(
+            ctx,
+            "scaling_curves",
+            sweep,
+            lambda: scaling.plot_scaling_curves(ctx.fit, sweep, runs=runs),
+            "scaling_curves",
+            points=point_kind,
+        ),
+        figure(
+            ctx,
+            "multiplier",
+            sweep,
+            lambda: scaling.plot_multiplier(ctx.fit, sweep, runs=runs, paper_reference=ctx.paper),
+            "multiplier",
+        ),
+        figure(
+            ctx,
+            "loss_curves",
+            sweep,
+            lambda: dynamics.plot_loss_curves(runs, res.metrics, sweep=sweep, points=points),
+            "loss_curves",
+        ),
+        figure(
+            ctx,
+            "block_output_rms",
+            sweep,
+            lambda: dynamics.plot_block_output_rms(runs, res.layers, sweep=sweep, points=points),
+            "block_output_rms",
+        ),
+        figure(
+            ctx,
+            "block_grad_norm",
+            sweep,
+            lambda: dynamics.plot_block_grad_norm(runs, res.layers, sweep=sweep, points=points),
+            "block_grad_norm",
+        ),
+        figure(
+            ctx,
+            "block_size_ablation",
+            sweep,
+            lambda: ablation.plot_block_size_ablation(runs, sweep=sweep, points=points),
+            "block_size_ablation",
+        ),
+        *depth_attention_figures(ctx, sw),
+        *learning_rate_figures(ctx, sw),
+    ]
+
+
+def learning_rate_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
+    """Loss against rate and best rate against size, for a sweep fitted with learning-rate envelopes."""
+    if sw.envelope is None:
+        return []
+    return [
+        figure(ctx, "lr_curves", sw.sweep, lambda: learning_rates.plot_lr_curves(ctx.fit, sw.sweep), "lr_curves"),
+        figure(ctx, "best_lr", sw.sweep, lambda: learning_rates.plot_best_lr(ctx.fit, sw.sweep), "best_lr"),
+    ]
+
+
+def depth_attention_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
+    """A depth-attention heatmap per Full or Block AttnRes curve of the sweep (skipped when there is none)."""
+    sweep, runs, points = sw.sweep, ctx.results.runs, sw.points
+    curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if is_attnres(c)]
+    if not curves:
+        reason = "no finished Full or Block AttnRes runs in this sweep, so no depth-attention weights"
+        return [Section(skipped=[Skipped("depth_attention", sweep, reason)])]
+    return [
+        figure(
+            ctx,
+            f"depth_attention_{c}",
+            sweep,
+            lambda c=c: heatmaps.plot_depth_attention(
+                runs, ctx.results.depth_attn, variant=c, sweep=sweep, points=points
+            ),
+            "depth_attention",
+            subject=variant_label(c, n_blocks_of(points, c)),
+            block="; columns are depth blocks and outlined cells the row's own partial block"
+            if curve_variant(c).name == "block"
+            else "",
+        )
+        for c in curves
+    ]

@@ -1,0 +1,44 @@
+"""A sweep's section of the report: its heading and runs, its fits (:mod:`reports.sweep_fits`), its figures
+(:mod:`reports.sweep_figures`) and its tables (:mod:`reports.sweep_tables`), with the files they wrote and what
+was skipped. Never imports torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reports.context import ReportContext
+from reports.document import Heading, Paragraph
+from reports.section import Section
+from reports.sweep_figures import sweep_figures
+from reports.sweep_fits import fit_blocks
+from reports.sweep_tables import sweep_tables
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis import SweepFit
+
+
+def sweep_section(ctx: ReportContext, sweep: str) -> Section:
+    """A sweep's fits, figures and tables, with the files they wrote and what was skipped."""
+    sw = ctx.fit.sweep(sweep)
+    figures = Section.join(sweep_figures(ctx, sw))
+    if not figures.figures:
+        figures.blocks.append(Paragraph("No figure could be drawn for this sweep; see Skipped."))
+    return Section.join(
+        [
+            Section([Heading(f"Sweep `{sweep}`", 2), _sweep_summary(ctx, sw), *fit_blocks(ctx, sw)]),
+            Section([Heading("Figures", 3)]),
+            figures,
+            *sweep_tables(ctx, sw),
+        ]
+    )
+
+
+def _sweep_summary(ctx: ReportContext, sw: SweepFit) -> Paragraph:
+    runs = ctx.results.runs
+    sweep_runs = runs[runs["sweep"].astype(str) == sw.sweep]
+    n_done = int((sweep_runs["status"] == "done").sum())
+    return Paragraph(
+        f"{len(sweep_runs)} runs ({n_done} finished); FLOP convention: "
+        f"{'; '.join(sw.flops_convention) or 'unknown'}"
+        + ("; points are IsoFLOP minima (one compute-optimal point per budget)." if sw.frontier else ".")
+    )
