@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from analysis.errors import ResultsError
 from attnres.storage.schema import (
+    ADDED_COLUMNS,
     CONFIG_FILE,
     DEPTH_ATTN_FILE,
     DEPTH_ATTN_SCHEMA,
@@ -45,6 +46,7 @@ from attnres.storage.schema import (
 )
 
 TABLES = ("metrics", "layers", "depth_attn")
+ADDED_RUN_COLUMNS = frozenset(ADDED_COLUMNS[RUN_FILE])
 _PER_RUN = {
     "metrics": (METRICS_FILE, METRICS_SCHEMA),
     "layers": (LAYERS_FILE, LAYERS_SCHEMA),
@@ -90,6 +92,7 @@ class Results:
     depth_attn: pd.DataFrame
     problems: tuple[Problem, ...] = field(default_factory=tuple)
     inputs_hash: str = ""
+    metric: str = "val"  # the loss in runs.val_loss: the validation split's, or an evaluation set's (analysis.metric)
 
     @property
     def sweeps(self) -> list[str]:
@@ -142,7 +145,8 @@ def _hash_runs(runs: pd.DataFrame) -> str:
     run_id (and the row itself, for a run_id found in two folders).
 
     The ``path`` column (the run folder relative to the folder that was loaded) is left out, so the same runs
-    give the same hash whichever folder above them was passed (``results`` or ``results/<sweep>``)."""
+    give the same hash whichever folder above them was passed (``results`` or ``results/<sweep>``); so is a column
+    added to the contract later (``ADDED_COLUMNS``) where a run has none, so older runs keep their hash."""
     if runs.empty:
         return hashlib.sha256(b"[]").hexdigest()
     records = []
@@ -155,6 +159,8 @@ def _hash_runs(runs: pd.DataFrame) -> str:
                 value = None
             elif hasattr(value, "item"):
                 value = value.item()
+            if value is None and key in ADDED_RUN_COLUMNS:
+                continue
             clean[key] = value
         records.append(clean)
     keyed = [

@@ -107,6 +107,12 @@ class FitSettings:
         "(default 0.05; 0: no flags); the headline is also given without the flagged runs",
     )
 
+    metric: str = option(
+        "val",
+        "the loss fitted: val (each run's validation split, default) or the name of an extra evaluation set the runs "
+        "were evaluated on (data.eval_sets)",
+    )
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "form", normalize_form(self.form))
         check_settings(self)
@@ -117,7 +123,12 @@ class FitSettings:
         return self.resample
 
     def to_dict(self) -> dict[str, Any]:
-        return {("interval" if f.name == "resample" else f.name): getattr(self, f.name) for f in fields(self)}
+        # metric only where it is not the validation split: fit.json files written before it existed stay the same
+        return {
+            ("interval" if f.name == "resample" else f.name): getattr(self, f.name)
+            for f in fields(self)
+            if not (f.name == "metric" and self.metric == "val")
+        }
 
 
 ALIASES = {"interval": "resample"}  # earlier names of options, still accepted by fit_results
@@ -169,5 +180,7 @@ def check_settings(s: FitSettings) -> None:
         raise AnalysisError(f"level must be between 0 and 1 (e.g. 0.9 for a 90% interval), got {s.level!r}")
     if s.n_boot < 0:
         raise AnalysisError(f"n_boot must be >= 0 (0 skips the bootstrap), got {s.n_boot!r}")
+    if not (s.metric and all(c.isalnum() or c in "-_." for c in s.metric)):
+        raise AnalysisError(f"metric={s.metric!r}: use val or the name of an evaluation set (data.eval_sets)")
     if not s.delta > 0:
         raise AnalysisError(f"delta must be positive, got {s.delta!r}")

@@ -42,6 +42,7 @@ from analysis.frontier import FrontierMultiplier, frontier_multipliers
 from analysis.laws import OFFSET_POWER
 from analysis.load import Results, load_results, may_belong, sweep_of
 from analysis.local import local_multipliers
+from analysis.metric import with_metric
 from analysis.models import law_arrays
 from analysis.multiplier import wall_clock_multiplier
 from analysis.paired import PairedMultiplier, agreement, paired_multiplier
@@ -486,6 +487,7 @@ def fit_results(
     settings = replace(settings or FitSettings(), **options)  # FitSettings checks every value
     if not isinstance(results, Results):
         results = load_results(results, tables=())
+    results = with_metric(results, settings.metric)
     runs = results.runs
     # learning-rate searches (``attnres tune`` writes them to ``<sweep>-tune``) and WSD trunks (``<sweep>-trunk``,
     # whose rate never decays) are not scaling studies

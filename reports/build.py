@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import Results, fit_results, load_results
+from analysis.metric import VAL, with_metric
 from reports.assembly import document, report_record
 from reports.captions import report_title
 from reports.context import ReportContext
@@ -84,6 +85,7 @@ def build_report(
     results_root = results_dir.root if isinstance(results_dir, Results) else Path(results_dir)
     real_out = check_report_folder(out, results_root if Path(results_root).is_dir() else None)  # before any work
     results = results_dir if isinstance(results_dir, Results) else load_results(results_dir)
+    results = with_metric(results, fit_options.get("metric", VAL))  # the loss every table and figure shows
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fit's warnings are in its notes, which the report lists
         fit = fit_results(results, **fit_options)
