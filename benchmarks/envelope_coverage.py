@@ -2,6 +2,7 @@
 
     python benchmarks/envelope_coverage.py                          # every scenario, 300 replicates, 1,000 resamples
     python benchmarks/envelope_coverage.py --reps 100 --n-boot 200 --scenario stalls
+    python benchmarks/envelope_coverage.py --sizes 8.3e4 1.68e5 4 --seeds 1    # another design (studies/cpu_muon)
 
 Each replicate simulates one tokens-per-parameter slice of a study designed like studies/cpu_envelope: 5 sizes,
 the baseline and a variant each at 4 learning rates a factor 2 apart and 2 seeds, as a results table of runs (no
@@ -95,22 +96,30 @@ def _penalty(lr: float, best: float, asymmetry: float) -> float:
     return CURVATURE * scale * (asymmetry if d > 0 else 1.0) * d * d
 
 
-def simulate(s: Scenario, rng: np.random.Generator) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Design:
+    """The simulated study's ladder and seeds (default: cpu_envelope's)."""
+
+    sizes: tuple[float, ...] = tuple(SIZES)
+    seeds: int = SEEDS
+
+
+def simulate(s: Scenario, rng: np.random.Generator, design: Design = Design()) -> pd.DataFrame:
     """One slice's runs: every size, variant, rate and seed, as ``attnres fit`` reads them."""
     rows = []
-    for k, params in enumerate(SIZES):
+    for k, params in enumerate(design.sizes):
         n_layer, d_model = 3 + k, 48
         tokens = TOKENS_PER_PARAM * params
         error = s.lr_error * rng.standard_normal()
-        base_best = BASE_BEST * (params / SIZES[0]) ** BEST_EXPONENT * math.exp(error)
-        shifts = s.seed_sd * rng.standard_normal(SEEDS)
+        base_best = BASE_BEST * (params / design.sizes[0]) ** BEST_EXPONENT * math.exp(error)
+        shifts = s.seed_sd * rng.standard_normal(design.seeds)
         for variant, m, best, overhead in (
             ("baseline", 1.0, base_best, 1.0),
             ("block", TRUE_M, base_best * VARIANT_RATIO, 1.01),
         ):
             flops = FLOPS_PER_TOKEN_PER_PARAM * params * overhead * tokens
             for lr in RATES:
-                for seed in range(SEEDS):
+                for seed in range(design.seeds):
                     log_l = math.log(A * (m * flops) ** -ALPHA) + _penalty(lr, best, s.asymmetry)
                     log_l += shifts[seed] + s.run_sd * rng.standard_normal()
                     if s.stall_p and rng.random() < s.stall_p:
@@ -138,11 +147,11 @@ def simulate(s: Scenario, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def replicate(s: Scenario, rep: int, n_boot: int) -> dict[str, tuple[bool, float, float]]:
+def replicate(s: Scenario, rep: int, n_boot: int, design: Design = Design()) -> dict[str, tuple[bool, float, float]]:
     """One simulated slice: per estimator (covered, width high/low, estimate / truth)."""
     rng = np.random.default_rng([rep, int(1e3 * s.stall_p), int(1e3 * s.lr_error), int(1e3 * s.asymmetry)])
     settings = FitSettings(lr="envelope", n_boot=n_boot, seed=rep, chinchilla=False, stall_margin=0)
-    prepared = prepare_sweep(simulate(s, rng), "sim", settings)
+    prepared = prepare_sweep(simulate(s, rng, design), "sim", settings)
     study, _, (m,) = fit_curves(prepared.data, settings)
     paired = paired_multiplier(study, "block", "baseline", settings.level)
     out = {}
@@ -151,8 +160,10 @@ def replicate(s: Scenario, rep: int, n_boot: int) -> dict[str, tuple[bool, float
     return out
 
 
-def coverage(s: Scenario, reps: int, n_boot: int, start: int = 0) -> dict[str, dict[str, float]]:
-    rows = [replicate(s, start + r, n_boot) for r in range(reps)]
+def coverage(
+    s: Scenario, reps: int, n_boot: int, start: int = 0, design: Design = Design()
+) -> dict[str, dict[str, float]]:
+    rows = [replicate(s, start + r, n_boot, design) for r in range(reps)]
     return {
         name: {
             "coverage": float(np.mean([r[name][0] for r in rows])),
@@ -168,12 +179,22 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--n-boot", type=int, default=1000)
     parser.add_argument("--scenario", action="append", choices=list(SCENARIOS), default=None)
+    parser.add_argument(
+        "--sizes", nargs=3, metavar=("SMALLEST", "LARGEST", "COUNT"), help="the ladder: COUNT sizes, geometric"
+    )
+    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per run (default {SEEDS})")
     args = parser.parse_args()
+    sizes = tuple(SIZES) if not args.sizes else tuple(np.geomspace(*map(float, args.sizes[:2]), int(args.sizes[2])))
+    design = Design(sizes, args.seeds)
     print(f"true M {TRUE_M}; {args.reps} replicates; {args.n_boot} bootstrap resamples; nominal 90% intervals")
+    print(
+        f"design: {len(sizes)} sizes {sizes[0]:.3g} to {sizes[-1]:.3g} parameters, {len(RATES)} rates, "
+        f"{design.seeds} seed(s)"
+    )
     print("scenario  estimator  coverage  width  est/true")
     for name in args.scenario or list(SCENARIOS):
         t0 = time.perf_counter()
-        found = coverage(SCENARIOS[name], args.reps, args.n_boot)
+        found = coverage(SCENARIOS[name], args.reps, args.n_boot, design=design)
         for estimator, r in found.items():
             print(
                 f"{name}  {estimator}  {r['coverage']:.3f}  {r['width']:.3f}  {r['bias']:.3f}  "
