@@ -13,7 +13,7 @@ def _launcher_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> None:
-    from sweeps.grid import shipped_grids
+    from sweeps.lookup import shipped_grids
 
     parser.add_argument(
         "grid",

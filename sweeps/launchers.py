@@ -13,8 +13,10 @@ from pathlib import Path
 from attnres.config import ConfigError
 from attnres.storage.writable import folder_problem
 from sweeps.claim import RunOutcome
-from sweeps.grid import Grid, PlannedRun, expand_runs, load_grid
+from sweeps.expansion import expand_runs
+from sweeps.grid import load_grid
 from sweeps.local_pool import SweepSummary, run_local
+from sweeps.specs import Grid, PlannedRun
 
 
 def _grid(grid_or_path: Grid | str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Grid:

@@ -11,7 +11,9 @@ import yaml
 
 from attnres.config import ConfigError, RunConfig
 from sweeps import expand, load_grid, model_of_size, tokens_for
-from sweeps.grid import GRID_DIR, BudgetSpec, expand_runs, make_run, size_params
+from sweeps.expansion import expand_runs, make_run
+from sweeps.ladder import BudgetSpec, size_params
+from sweeps.lookup import GRID_DIR
 
 TINY = {
     "name": "tiny",
@@ -93,7 +95,7 @@ def test_ladder_functions():
 def test_tokens_per_param_use_the_baseline_params_for_every_variant():
     grid = load_grid(grid_with(budgets=[{"tokens_per_param": 2}]))
     runs = expand(grid)
-    params = size_params(grid, grid.sizes[0])
+    params = size_params(grid.defaults, grid.sizes[0])
     assert {r.train.tokens for r in runs} == {2 * params}
 
 
@@ -533,7 +535,7 @@ def test_branches_share_a_warm_up_capped_at_a_tenth_of_the_shortest_branch():
 
 
 def test_a_studys_grid_is_found_by_name_in_its_folder():
-    from sweeps.grid import STUDIES_DIR, resolve_grid_path, shipped_grids
+    from sweeps.lookup import STUDIES_DIR, resolve_grid_path, shipped_grids
 
     assert resolve_grid_path("cpu_envelope") == STUDIES_DIR / "cpu_envelope" / "cpu_envelope.yaml"
     assert "cpu_envelope" in shipped_grids() and "smoke" in shipped_grids()
