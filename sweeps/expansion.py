@@ -11,6 +11,7 @@ per command. No torch.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -76,7 +77,7 @@ def expand_grid(grid: Grid, tuned: Mapping[str, Any] | None) -> list[PlannedRun]
 
 def expand_runs(grid: Grid, results: str | Path | None = None, untuned_ok: bool = False) -> list[PlannedRun]:
     """Every run of the grid with its origin (size, variant, budget, SLURM resources): the runs it was loaded with
-    (:attr:`Grid.runs`), expanded again only for ``lr: tuned*``, with the tuned values.
+    (:attr:`Grid.runs`), expanded again only for ``lr: tuned*`` with tuned values it was not loaded with.
 
     With ``lr: tuned`` the tuned values are read from :meth:`Grid.tuned_file` under ``results`` (default
     ``./results``); a missing file or value is a :class:`ConfigError` naming the ``attnres tune`` command. With
@@ -86,16 +87,28 @@ def expand_runs(grid: Grid, results: str | Path | None = None, untuned_ok: bool 
     if not isinstance(grid.lr, str):
         return list(grid.runs)
     results = results if results is not None else "results"
+    if grid.tuned_from is not None and grid.tuned_from == grid.tuned_file(results):
+        return list(grid.runs)  # loaded with these tuned values
     try:
-        tuned = read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results), grid.name, results)
+        tuned = read_tuned_values(grid, results)
     except TunedValuesMissing:
         if not untuned_ok:
             raise
-        return list(grid.runs)
+        if grid.tuned_from is None:
+            return list(grid.runs)  # the stand-ins it was loaded with
+        return [dataclasses.replace(r, to_be_tuned=True) for r in expand_grid(grid, None)]
     try:
         return expand_grid(grid, tuned)
     except ConfigError as err:
         raise ConfigError(f"{grid.label}: {err}") from None
+
+
+def read_tuned_values(grid: Grid, results: str | Path) -> dict[str, Any] | None:
+    """The tuned file of a grid with ``lr: tuned*`` under ``results`` (None for a grid with rates of its own); a
+    missing file is :class:`~sweeps.tuned_values.TunedValuesMissing`, which names the ``attnres tune`` to run."""
+    if not isinstance(grid.lr, str):
+        return None
+    return read_tuned(grid.tuned_file(results), grid.lr, grid.tune_command(results), grid.name, results)
 
 
 def variant_labels(grid: Grid, size: Size) -> list[str]:

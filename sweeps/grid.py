@@ -14,6 +14,7 @@ The grid format is documented in docs/sweeps.md. This module imports no torch (p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from attnres.config import ConfigError, RunConfig, load_yaml
-from sweeps.expansion import expand_grid, expand_runs
+from sweeps.expansion import expand_grid, expand_runs, read_tuned_values
 from sweeps.lookup import resolve_grid_path
 from sweeps.sections import (
     read_branches,
@@ -38,6 +39,7 @@ from sweeps.sections import (
 )
 from sweeps.slurm import check_resources
 from sweeps.specs import Grid
+from sweeps.tuned_values import TunedValuesMissing
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,18 @@ class GridFile:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def load_grid(path_or_name: str | Path | Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Grid:
+def load_grid(
+    path_or_name: str | Path | Mapping[str, Any],
+    overrides: list[str] | tuple[str, ...] = (),
+    results: str | Path | None = None,
+) -> Grid:
     """Read and validate a grid (a YAML path, a shipped grid's name, or an already-parsed mapping).
 
     ``overrides`` are ``key=value`` settings (``data.corpus=/data/text``) applied to every run, after the grid.
-    Every run is expanded once, here, and kept on the grid (:attr:`Grid.runs`). Raises :class:`ConfigError` with
-    the grid file and the offending entry in the message.
+    Every run is expanded once, here, and kept on the grid (:attr:`Grid.runs`): a grid with ``lr: tuned*`` with
+    the tuned values under ``results`` where they exist (a command that knows its results folder expands its grid
+    once), else with stand-in rates. Raises :class:`ConfigError` with the grid file and the offending entry in the
+    message.
     """
     if isinstance(path_or_name, Mapping):
         path, data = None, copy.deepcopy(dict(path_or_name))
@@ -94,22 +102,34 @@ def load_grid(path_or_name: str | Path | Mapping[str, Any], overrides: list[str]
         path = resolve_grid_path(path_or_name)
         data = load_yaml(path)
     where = f"grid {path}" if path else "grid"
+
+    def named(err: ConfigError) -> ConfigError:
+        message = str(err)
+        return ConfigError(message if message.startswith(where) else f"{where}: {message}")
+
     try:
         grid = _parse(data, path, tuple(overrides))
-        runs = expand_grid(grid, tuned=None)  # validate every run now, before anything is trained
     except ConfigError as err:
-        message = str(err)
-        raise ConfigError(message if message.startswith(where) else f"{where}: {message}") from None
-    if isinstance(grid.lr, str):  # stand-in rates until `attnres tune` has run (expand_runs reads its values)
+        raise named(err) from None
+    tuned = None
+    if results is not None:  # a tuned file's problems are its own, named with its path
+        with contextlib.suppress(TunedValuesMissing):  # not tuned yet: stand-ins, as without a results folder
+            tuned = read_tuned_values(grid, results)
+    try:
+        runs = expand_grid(grid, tuned)  # validate every run now, before anything is trained
+    except ConfigError as err:
+        raise named(err) from None
+    if isinstance(grid.lr, str) and tuned is None:  # stand-in rates until `attnres tune` has run
         runs = [dataclasses.replace(r, to_be_tuned=True) for r in runs]
-    return dataclasses.replace(grid, runs=tuple(runs))
+    tuned_from = None if tuned is None else grid.tuned_file(results)
+    return dataclasses.replace(grid, runs=tuple(runs), tuned_from=tuned_from)
 
 
 def expand(grid: Grid | str | Path, results: str | Path | None = None) -> list[RunConfig]:
     """The grid's runs as :class:`RunConfig` objects (sizes x budgets x variants x lr x seeds, in that order); a
     path or a grid's name is loaded first."""
     if not isinstance(grid, Grid):
-        grid = load_grid(grid)
+        grid = load_grid(grid, results=results if results is not None else "results")
     return [r.cfg for r in expand_runs(grid, results)]
 
 

@@ -3,7 +3,7 @@
 
 Every section is read by the parser run configs use, :func:`attnres.config.from_dict` (OmegaConf structured configs,
 with errors that name the field): :func:`read_section`. Where a section's spelling is a union OmegaConf cannot type,
-a small normaliser turns it into what the schema takes: one value or a list (:func:`listed`: depths, seeds, rates,
+a small normaliser turns it into what the schema takes: one value or a list (:func:`_listed`: depths, seeds, rates,
 budgets); ``lr:`` as rates, :class:`LrLadder` or a tuning protocol; a variant as a name, ``{block: N}`` or
 :class:`AblationVariant`; ``ladder:`` as a list of sizes; ``branches: true``; ``tune.pruner`` as a name. No torch.
 """
@@ -219,7 +219,7 @@ def read_section(cls: type, data: Any, where: str, own: tuple[str, ...] = ()) ->
             continue
         tp = _hints(cls).get(key)
         if _element(tp) is not None and not (value is None and _optional(tp)):
-            value = listed([] if value is None else value, _element(tp), where + key, fields[key].metadata)
+            value = _listed([] if value is None else value, _element(tp), where + key, fields[key].metadata)
         prepared[key] = value
     read = from_dict(cls, prepared, where)
     for key, value in prepared.items():
@@ -232,7 +232,7 @@ def _values(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def listed(value: Any, kind: type, where: str, bound: Mapping[str, Any] = {}) -> tuple:  # noqa: B006 (read only)
+def _listed(value: Any, kind: type, where: str, bound: Mapping[str, Any] | None = None) -> tuple:
     """One value or a list of them as a tuple of ``kind`` (int, float or str), each element named by ``where`` when it
     is not one: numbers as YAML writes them (``2e6``), finite, within ``bound``."""
     out = []
@@ -246,7 +246,7 @@ def listed(value: Any, kind: type, where: str, bound: Mapping[str, Any] = {}) ->
         if not math.isfinite(number):
             raise ConfigError(f"{where} must be a finite number, got {given!r}")
         out.append(kind(number))
-        _check_bound(out[-1], bound, where, given)
+        _check_bound(out[-1], bound or {}, where, given)
     return tuple(out)
 
 
@@ -295,6 +295,7 @@ def read_defaults(defaults: Any, name: str, overrides: tuple[str, ...]) -> Mappi
 
 
 def read_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, ...]:
+    """``ladder:`` (:class:`LadderSection`, or a bare list of sizes) as the grid's sizes, each once."""
     if isinstance(value, list):
         value = {"sizes": value}
     ladder = read_section(LadderSection, value, "ladder.", own=("sizes",))
@@ -321,6 +322,7 @@ def read_ladder(value: Any, model_defaults: Mapping[str, Any]) -> tuple[Size, ..
 
 
 def _size(entry: Any, where: str, model_defaults: Mapping[str, Any]) -> Size:
+    """One entry of ``ladder.sizes`` (:class:`SizeEntry`)."""
     for key in ("n_layer", "d_model"):
         if isinstance(entry, Mapping) and key not in entry:
             raise ConfigError(f"{where}{key} is missing (each size needs n_layer and d_model, and n_head or head_dim)")
@@ -340,6 +342,7 @@ def _size(entry: Any, where: str, model_defaults: Mapping[str, Any]) -> Size:
 
 
 def read_budgets(value: Any, where: str) -> tuple[BudgetSpec, ...]:
+    """A :class:`BudgetEntry` or a list of them (at ``where``) as budgets, one per value."""
     if value is None:
         return ()
     out: list[BudgetSpec] = []
@@ -363,10 +366,10 @@ _VARIANT_CHOICES = (
 def read_variants(value: Any) -> tuple[VariantSpec, ...]:
     """Every variant entry; a mapping entry may carry its own ``lr:`` and ``seeds:`` (:class:`VariantRuns`)."""
     out: list[VariantSpec] = []
+    runs = {f.name for f in dataclasses.fields(VariantRuns)}
     for entry in _values(value):
         own: dict[str, Any] = {}
-        runs = [f.name for f in dataclasses.fields(VariantRuns)]
-        if isinstance(entry, Mapping) and set(entry) & set(runs):
+        if isinstance(entry, Mapping) and set(entry) & runs:
             entry = dict(entry)
             where = f"variants: {entry!r}: "
             if "lr" in entry:
@@ -401,7 +404,7 @@ def _variant(entry: Any) -> list[VariantSpec]:
             raise _unknown_variant(key, str(key), ["block"])
         if n_values == "divisors":
             return [VariantSpec("block", "divisors")]
-        return [VariantSpec("block", n) for n in listed(n_values, int, "variants: block N")]
+        return [VariantSpec("block", n) for n in _listed(n_values, int, "variants: block N")]
     raise ConfigError(f"variants: cannot read {entry!r}; choose {_VARIANT_CHOICES}")
 
 
@@ -429,19 +432,21 @@ def _unknown_variant(entry: Any, text: str, names: list[str]) -> ConfigError:
 
 
 def read_seeds(value: Any, where: str) -> tuple[int, ...]:
-    seeds = listed(value, int, where, AT_LEAST_0)
+    """A seed or a list of seeds (at least one)."""
+    seeds = _listed(value, int, where, AT_LEAST_0)
     if not seeds:
         raise ConfigError(f"{where} is empty: give a seed or a list of seeds, e.g. seeds: [0, 1]")
     return seeds
 
 
-def lrread_ladder(centre: float, factor: float, count: int) -> tuple[float, ...]:
+def lr_ladder(centre: float, factor: float, count: int) -> tuple[float, ...]:
     """``count`` learning rates a factor ``factor`` apart, centred (geometrically) on ``centre``: 4 rates a factor
     2 apart around c are c x 2^(-1.5, -0.5, 0.5, 1.5)."""
     return tuple(centre * factor ** (i - (count - 1) / 2) for i in range(count))
 
 
 def read_lr(value: Any, where: str = "lr") -> tuple[float, ...] | str | None:
+    """``lr:``: rates (a value, a list or :class:`LrLadder`), a tuning protocol, or None (the runs' own)."""
     if value is None:
         return None
     if isinstance(value, Mapping):
@@ -454,7 +459,7 @@ def read_lr(value: Any, where: str = "lr") -> tuple[float, ...] | str | None:
         ladder = read_section(LrLadder, value, where + ".")
         if not ladder.factor > 1:
             raise ConfigError(f"{where}.factor must be > 1 (the ratio of neighbouring rates), got {value['factor']!r}")
-        return lrread_ladder(ladder.centre, ladder.factor, ladder.count)
+        return lr_ladder(ladder.centre, ladder.factor, ladder.count)
     if isinstance(value, str) and value.strip().lower() in TUNED:
         return value.strip().lower()
     if isinstance(value, str) and value.strip().lower().startswith("tuned"):
@@ -463,13 +468,14 @@ def read_lr(value: Any, where: str = "lr") -> tuple[float, ...] | str | None:
             "baseline's tuned values), tuned-per-variant (every variant tuned on its own, the same trials each) or "
             "tuned (a variant's own values where it was tuned, else the baseline's)"
         )
-    values = listed(value, float, where, POSITIVE)
+    values = _listed(value, float, where, POSITIVE)
     if not values:
         raise ConfigError(f"{where} is empty: give a value, a list, {{centre, factor, count}}, or tuned")
     return values
 
 
 def read_tune(data: Any) -> TuneSpec:
+    """``tune:`` (:class:`TuneSection`, its pruner a name or :class:`PrunerSection`)."""
     if isinstance(data, Mapping):
         if "match_schedule" in data and not isinstance(data["match_schedule"], bool):
             raise ConfigError(f"tune.match_schedule must be true or false, got {data['match_schedule']!r}")
@@ -508,6 +514,7 @@ def read_tune(data: Any) -> TuneSpec:
 
 
 def read_branches(value: Any) -> BranchSpec | None:
+    """``branches:``: true (the defaults), :class:`BranchSection`, or none."""
     if value is None or value is False:
         return None
     if value is True:
@@ -525,7 +532,7 @@ def read_reuse(value: Any, name: str) -> tuple[str, ...]:
     """``reuse: [sweep, ...]``: other sweeps of the same results folder whose finished runs this grid takes."""
     if value is None:
         return ()
-    names = listed(value, str, "reuse")
+    names = _listed(value, str, "reuse")
     for other in names:
         if not other or not all(c.isalnum() or c in "-_." for c in other):
             raise ConfigError(f"reuse: {other!r} is not a sweep name (letters, digits, '-', '_' or '.')")

@@ -112,7 +112,7 @@ class PlannedRun:
 @dataclass(frozen=True)
 class Grid:
     """A validated grid file. Read-only; made by :func:`sweeps.grid.load_grid`, which expands it once to validate
-    it and keeps that expansion in ``runs`` (:func:`sweeps.expansion.expand_runs` gives the runs to train)."""
+    it and keeps that expansion in ``runs`` (:func:`sweeps.expansion.expand_runs` gives a command its runs)."""
 
     name: str
     path: Path | None
@@ -129,8 +129,9 @@ class Grid:
     branches: BranchSpec | None = None
     reuse: tuple[str, ...] = ()  # sweeps whose finished runs of equal run id are copied (sweeps/reuse.py)
     runs: tuple[PlannedRun, ...] = field(default=(), repr=False, compare=False)
-    """Every run of the grid as loaded; with ``lr: tuned*``, stand-ins marked ``to_be_tuned`` (the tuned values
-    are read with the results folder, by :func:`sweeps.expansion.expand_runs`)."""
+    """Every run of the grid as loaded. With ``lr: tuned*``: with the values of the tuned file ``tuned_from``, or,
+    with none (no results folder given, or not tuned yet), stand-ins marked ``to_be_tuned``."""
+    tuned_from: Path | None = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
