@@ -112,7 +112,8 @@ class PlannedRun:
 @dataclass(frozen=True)
 class Grid:
     """A validated grid file. Read-only; made by :func:`sweeps.grid.load_grid`, which expands it once to validate
-    it and keeps that expansion in ``runs`` (:func:`sweeps.expansion.expand_runs` gives a command its runs)."""
+    it and keeps that expansion in ``runs`` (:func:`sweeps.expansion.expand_runs` gives a command its runs). A copy
+    with other settings (``dataclasses.replace``) would keep the old runs: load the grid again instead."""
 
     name: str
     path: Path | None
@@ -132,6 +133,7 @@ class Grid:
     """Every run of the grid as loaded. With ``lr: tuned*``: with the values of the tuned file ``tuned_from``, or,
     with none (no results folder given, or not tuned yet), stand-ins marked ``to_be_tuned``."""
     tuned_from: Path | None = field(default=None, compare=False)
+    """The tuned file whose values ``runs`` hold (None: none)."""
 
     @property
     def label(self) -> str:
