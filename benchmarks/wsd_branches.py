@@ -24,8 +24,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnres.training.branches import branch_step, trunk_of  # noqa: E402
-from sweeps import load_grid, run_grid  # noqa: E402
-from sweeps.grid import expand_runs  # noqa: E402
+from sweeps import expand_runs, load_grid, run_grid  # noqa: E402
 
 
 def grid(args: argparse.Namespace, branches: bool) -> dict:

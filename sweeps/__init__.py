@@ -9,16 +9,21 @@
 Also: ``sweeps.plan.plan(grid, results)`` (the plan rows), ``sweeps.status.sweep_status(expand_runs(grid),
 results)``, ``sweeps.tuning.tune(grid, results)``.
 
-Modules: grid (format, validation, expansion, the ladder), plan (table, time estimate), launchers (run_grid,
+Modules: grid (the grid file and load_grid), sections (each section's schema and reader), specs (Grid and the
+parsed specs, PlannedRun), ladder (sizes, budgets, model_of_size, tokens_for), expansion (the runs of a grid),
+branches (WSD trunks and branches), lookup (grids by name), plan (table, time estimate), launchers (run_grid,
 submit_grid), local_pool (worker processes), slurm (submitit arrays), requeue (SIGUSR1 -> checkpoint + requeue),
 status, tuning (Optuna), tuned_values (the tuned file), claim (claim + train one run), cli. See docs/sweeps.md.
 Nothing here imports torch at import time.
 """
 
 from sweeps.claim import RunOutcome
-from sweeps.grid import Grid, expand, expand_runs, load_grid, model_of_size, tokens_for
+from sweeps.expansion import expand_runs
+from sweeps.grid import expand, load_grid
+from sweeps.ladder import model_of_size, tokens_for
 from sweeps.launchers import run_grid, submit_grid
 from sweeps.local_pool import SweepSummary
+from sweeps.specs import Grid
 
 __all__ = [
     "Grid",

@@ -13,7 +13,7 @@ def _launcher_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> None:
-    from sweeps.grid import shipped_grids
+    from sweeps.lookup import shipped_grids
 
     parser.add_argument(
         "grid",
@@ -208,7 +208,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.flops_per_s is not None and not (math.isfinite(args.flops_per_s) and args.flops_per_s > 0):
         raise ConfigError(f"--flops-per-s must be a positive number of FLOP/s (e.g. 3e10), got {args.flops_per_s:g}")
-    grid = load_grid(args.grid, args.overrides)
+    grid = load_grid(args.grid, args.overrides, args.results)  # expanded once: with its tuned values, if any
     check_given_data(grid, args.overrides)
     launcher = args.launcher
     if args.gpus and launcher == "local" and (grid.slurm or {}).get("gpus_per_node"):
@@ -253,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sweeps.grid import load_grid
 
     check_counts(args, "workers", "threads")
-    grid = load_grid(args.grid, args.overrides)  # loaded once: the launchers take the Grid
+    grid = load_grid(args.grid, args.overrides, args.results)  # loaded and expanded once: the launchers take it
     check_given_data(grid, args.overrides)
     if args.launcher == "slurm":
         from sweeps.launchers import submit_grid
@@ -282,7 +282,8 @@ def _print_problems(summary) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from sweeps.grid import expand_runs, load_grid
+    from sweeps.expansion import expand_runs
+    from sweeps.grid import load_grid
     from sweeps.status import folder_states, format_status, results_summary, sweep_status
     from sweeps.tuned_values import TunedValuesMissing
 
@@ -290,7 +291,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines = results_summary(args.results)
         print("\n".join(lines) if lines else f"no runs under {args.results}/ yet; name a grid to see its plan")
         return 0
-    grid = load_grid(args.grid, args.overrides)
+    grid = load_grid(args.grid, args.overrides, args.results)
     try:
         planned = expand_runs(grid, args.results)
     except TunedValuesMissing as err:  # the grid's runs are not known before tuning: show what exists

@@ -13,16 +13,18 @@ from pathlib import Path
 from attnres.config import ConfigError
 from attnres.storage.writable import folder_problem
 from sweeps.claim import RunOutcome
-from sweeps.grid import Grid, PlannedRun, expand_runs, load_grid
+from sweeps.expansion import expand_runs
+from sweeps.grid import load_grid
 from sweeps.local_pool import SweepSummary, run_local
+from sweeps.specs import Grid, PlannedRun
 
 
-def _grid(grid_or_path: Grid | str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Grid:
+def _grid(grid_or_path: Grid | str | Path, overrides: list[str] | tuple[str, ...], results: str | Path) -> Grid:
     if isinstance(grid_or_path, Grid):
         if overrides:
             raise ConfigError("pass overrides to load_grid, not with an already-loaded Grid")
         return grid_or_path
-    return load_grid(grid_or_path, overrides)
+    return load_grid(grid_or_path, overrides, results)
 
 
 def check_data(planned: list[PlannedRun]) -> None:
@@ -82,7 +84,7 @@ def run_grid(
     ``grid_or_path``: a :class:`Grid`, a grid file, or a shipped grid's name (``"smoke"``). ``threads``: torch
     threads per worker (default cores // workers). Safe to call again: finished runs are skipped.
     """
-    grid = _grid(grid_or_path, overrides)
+    grid = _grid(grid_or_path, overrides, results_dir)
     planned = expand_runs(grid, results_dir)
     check_data(planned)
     check_memory(planned, "local")
@@ -114,7 +116,7 @@ def submit_grid(
     from sweeps.slurm import job_alive, submit
     from sweeps.status import sweep_status, wait_for
 
-    grid = _grid(grid_or_path, overrides)
+    grid = _grid(grid_or_path, overrides, results_dir)
     planned = expand_runs(grid, results_dir)
     check_data(planned)
     check_memory(planned, "slurm")

@@ -28,7 +28,8 @@ from attnres.config import DataConfig
 from attnres.costs import run_budget
 from attnres.training.branches import branch_step
 from sweeps.claim import read_status
-from sweeps.grid import Grid, PlannedRun, expand_runs
+from sweeps.expansion import expand_runs, make_run, variant_labels
+from sweeps.specs import Grid, PlannedRun
 
 DEFAULT_FLOPS_PER_S = {
     # Sustained training FLOP/s of one run by the project's FLOP counter (not peak). CPU: 2 threads of a laptop- or
@@ -142,8 +143,6 @@ def tuning_plan(
     """The trials ``attnres tune`` trains before a grid with ``lr: tuned`` can run (none once it has run): for
     every size and tuned variant, ``tune.trials`` runs at ``tune.budget`` plus ``tune.finalists`` runs with a
     second seed (pruned trials stop earlier; a widened range adds half as many again, not counted)."""
-    from sweeps.grid import make_run, variant_labels
-
     if not isinstance(grid.lr, str) or grid.tune.budget is None:
         return []
     if grid.tuned_file(results if results is not None else "results").is_file():
@@ -205,8 +204,8 @@ def data_summary(cfg: DataConfig) -> DataSummary:
 
 
 def grid_data(grid: Grid) -> set[DataConfig]:
-    """The data settings of a grid's runs (one, unless sizes or overrides differ)."""
-    return {run.cfg.data for run in expand_runs(grid, untuned_ok=True)}
+    """The data settings of a grid's runs (one, unless sizes or overrides differ; tuned values change none)."""
+    return {run.cfg.data for run in grid.runs}
 
 
 def _reusable(cfg, results: Path, grid: Grid) -> bool:

@@ -32,8 +32,8 @@ from attnres.storage.schema import RUN_FILE
 from attnres.training.checkpoints import checkpoint_state
 from attnres.variants import Variant
 from sweeps.claim import is_locked, read_status
-from sweeps.grid import PlannedRun
 from sweeps.slurm import PENDING, job_alive, jobs_of, squeue_states
+from sweeps.specs import PlannedRun
 
 STATES = ("done", "running", "queued", "interrupted", "failed", "diverged", "unreadable")
 

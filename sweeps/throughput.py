@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeps.grid import Grid, make_run, variant_labels
+from sweeps.expansion import make_run, variant_labels
+from sweeps.specs import Grid
 
 THROUGHPUT_FILE = "throughput.json"
 

@@ -33,7 +33,9 @@ from typing import Any
 
 from attnres.config import ConfigError
 from attnres.storage import locks
-from sweeps.grid import Grid, Size, make_run, variant_labels
+from sweeps.expansion import make_run, variant_labels
+from sweeps.ladder import Size
+from sweeps.specs import Grid
 from sweeps.tuned_values import check_writer, write_tuned
 
 
@@ -93,16 +95,15 @@ def _no_pruning_before(cfg: Any, min_frac: float) -> int:
     return max(warmup_steps(cfg, steps), math.ceil(min_frac * steps))
 
 
-def run_schedule(grid: Grid, size: Size, label: str, results: str | Path) -> dict[str, Any]:
+def run_schedule(grid: Grid, size: Size, label: str) -> dict[str, Any]:
     """The train.* schedule settings of the grid's runs of (size, variant) that a trial copies: the warm-up in
     tokens, the schedule and its decay (``tune.match_schedule``). For WSD branches, the branches' (a trunk is
-    not what the rate is chosen for); among several budgets, the shortest run's warm-up."""
+    not what the rate is chosen for); among several budgets, the shortest run's warm-up. Read from the runs the
+    grid was loaded with: the schedule does not depend on the tuned values (a searched warm-up is the trial's own)."""
     from attnres.costs import run_budget
     from attnres.training.schedule import requested_warmup
-    from sweeps.grid import expand_runs
 
-    planned = expand_runs(grid, results, untuned_ok=True)  # the schedule does not depend on the tuned values
-    runs = [r for r in planned if r.size.name == size.name and r.variant == label and r.role != "trunk"]
+    runs = [r for r in grid.runs if r.size.name == size.name and r.variant == label and r.role != "trunk"]
     if not runs:
         return {}
     cfg = min(runs, key=lambda r: run_budget(r.cfg).tokens).cfg
@@ -382,7 +383,7 @@ def _objective(
     from sweeps.local_pool import with_runtime
 
     spec = grid.tune
-    schedule = run_schedule(grid, size, label, results) if spec.match_schedule else {}
+    schedule = run_schedule(grid, size, label) if spec.match_schedule else {}
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("tuner", tuner)

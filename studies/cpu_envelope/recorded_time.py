@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from attnres.training.branches import TRUNK_SUFFIX  # noqa: E402
-from sweeps import load_grid  # noqa: E402
-from sweeps.grid import expand_runs  # noqa: E402
+from sweeps import expand_runs, load_grid  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

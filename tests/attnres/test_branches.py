@@ -8,8 +8,7 @@ import pytest
 from attnres.config import ConfigError
 from attnres.training.branches import TRUNK_SUFFIX, branch_step, trunk_of
 from attnres.training.run import train
-from sweeps import load_grid, run_grid
-from sweeps.grid import expand_runs
+from sweeps import expand_runs, load_grid, run_grid
 
 GRID = {
     "name": "wsd",

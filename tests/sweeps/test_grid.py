@@ -11,7 +11,9 @@ import yaml
 
 from attnres.config import ConfigError, RunConfig
 from sweeps import expand, load_grid, model_of_size, tokens_for
-from sweeps.grid import GRID_DIR, BudgetSpec, expand_runs, make_run, size_params
+from sweeps.expansion import expand_runs, make_run
+from sweeps.ladder import BudgetSpec, size_params
+from sweeps.lookup import GRID_DIR, grid_files
 
 TINY = {
     "name": "tiny",
@@ -93,7 +95,7 @@ def test_ladder_functions():
 def test_tokens_per_param_use_the_baseline_params_for_every_variant():
     grid = load_grid(grid_with(budgets=[{"tokens_per_param": 2}]))
     runs = expand(grid)
-    params = size_params(grid, grid.sizes[0])
+    params = size_params(grid.defaults, grid.sizes[0])
     assert {r.train.tokens for r in runs} == {2 * params}
 
 
@@ -231,7 +233,7 @@ def test_plan_rejects_a_bad_grid_with_exit_code_2(tmp_path):
 
 
 def test_grids_ship_in_the_package_folder():
-    assert {p.stem for p in GRID_DIR.glob("*.yaml")} >= {"smoke", "cpu_small", "paper", "block_size"}
+    assert {p.stem for p in GRID_DIR.glob("*.yaml")} >= {"smoke", "demo", "paper", "block_size", "ablations"}
 
 
 def test_slurm_resources_become_the_runs_runtime():
@@ -385,7 +387,7 @@ def test_status_before_tuning_and_without_a_grid_shows_what_exists(tmp_path):
 
 def test_help_lists_every_shipped_grid():
     out = cli("sweep", "plan", "--help").stdout
-    shipped = sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
+    shipped = sorted(grid_files())  # sweeps/*.yaml and the committed studies' grids
     assert len(shipped) >= 7 and all(name in " ".join(out.split()) for name in shipped)
 
 
@@ -533,7 +535,10 @@ def test_branches_share_a_warm_up_capped_at_a_tenth_of_the_shortest_branch():
 
 
 def test_a_studys_grid_is_found_by_name_in_its_folder():
-    from sweeps.grid import STUDIES_DIR, resolve_grid_path, shipped_grids
+    from sweeps.lookup import STUDIES_DIR, resolve_grid_path, shipped_grids
 
     assert resolve_grid_path("cpu_envelope") == STUDIES_DIR / "cpu_envelope" / "cpu_envelope.yaml"
     assert "cpu_envelope" in shipped_grids() and "smoke" in shipped_grids()
+    for study, grids in {"cpu_small": ["cpu_small", "cpu_lr"], "cpu_wsd": ["cpu_wsd", "cpu_wsd_pv"]}.items():
+        for name in grids:  # each committed study's grids beside its results
+            assert resolve_grid_path(name) == STUDIES_DIR / study / f"{name}.yaml"

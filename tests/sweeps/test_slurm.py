@@ -276,7 +276,7 @@ def test_tuning_on_slurm_completes_a_study_and_a_killed_tuner_job_resumes_its_tr
 @pytest.mark.slow  # about 30 s (pytest -m slow runs it)
 def test_wsd_branches_on_slurm_wait_for_their_trunk_and_start_from_its_checkpoints(cluster, tmp_path):
     """The trunks go first; the branches' array waits for them (afterany) and starts from the trunk's checkpoints."""
-    from sweeps.grid import expand_runs
+    from sweeps.expansion import expand_runs
     from tests.attnres.test_branches import GRID
 
     grid_file = tmp_path / "wsd.yaml"

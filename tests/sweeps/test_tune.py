@@ -383,7 +383,7 @@ def test_trials_take_the_warm_up_and_decay_of_the_runs_they_tune_for(tmp_path):
     }
     grid = load_grid(data)
     size = grid.sizes[0]
-    schedule = run_schedule(grid, size, "baseline", tmp_path)
+    schedule = run_schedule(grid, size, "baseline")
     branch = next(r for r in expand(grid, tmp_path) if r.sweep == grid.name and r.model.residual == "baseline")
     assert schedule["warmup_tokens"] == branch.train.warmup_tokens > 0
     assert schedule["schedule"] == "wsd" and schedule["wsd_decay_frac"] == 0.2
