@@ -26,6 +26,7 @@ from pathlib import Path
 
 from attnres.config import DataConfig
 from attnres.costs import run_budget
+from attnres.data.order import repeat_fraction
 from attnres.training.branches import branch_step
 from sweeps.claim import read_status
 from sweeps.expansion import expand_runs, make_run, variant_labels
@@ -73,6 +74,7 @@ class PlanRow:
     memory_problem: str | None = None  # why the run will not fit and what would (None: it fits)
     device: str = "cpu"  # cpu | gpu: the kind of device the estimate is for
     devices: int = 1  # devices the run holds while it trains (nodes x GPUs per node on SLURM)
+    repeat: float | None = None  # share of the tokens it reads that it has read before (train.sampler; None: unknown)
 
 
 def eval_flops(run: PlannedRun) -> float:
@@ -301,6 +303,9 @@ def plan_rows(
                 memory_problem,
                 kind,
                 max(1, devices),
+                None
+                if n is None
+                else repeat_fraction(cfg.train.sampler, budget.steps * cfg.train.batch_size, n, cfg.model.seq_len),
             )
         )
     return rows
@@ -362,7 +367,8 @@ def format_plan(
 ) -> str:
     """The plan as a fixed-width table with a totals line (and the tuning that comes first, if any)."""
     header = (
-        "run_id", "variant", "N", "params", "tokens", "epochs", "steps", "FLOPs", "lr", "seed", "est. time", "status"
+        "run_id", "variant", "N", "params", "tokens", "epochs", "repeat", "steps", "FLOPs", "lr", "seed", "est. time",
+        "status",
     )  # fmt: skip
     memory = any(r.memory_gib is not None for r in rows)
     if memory:
@@ -378,6 +384,7 @@ def format_plan(
                 human_count(r.params),
                 human_count(r.tokens),
                 "?" if r.epochs is None else f"{r.epochs:.2g}",
+                "?" if r.repeat is None else f"{r.repeat:.0%}",
                 str(r.steps),
                 f"{r.flops:.3g}",
                 TO_BE_TUNED if r.to_be_tuned else f"{r.lr:.3g}",

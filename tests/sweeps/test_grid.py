@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,11 @@ def test_plan_shows_the_datas_tokens_and_warns_above_one_epoch(tmp_path):
     assert all(r.epochs == pytest.approx(2e7 / train_tokens, rel=0.01) for r in rows)
     assert f"data: builtin (bytes, vocabulary 256): {train_tokens / 1e6:.3g}M training tokens" in text
     assert "warning: 3 run(s) need more than one epoch of the data (up to 2.2)" in text
+    # the share of what each run reads twice: by chance with the default order, past the first epoch with epoch's
+    e = rows[0].epochs
+    assert rows[0].repeat == pytest.approx(1 - (1 - math.exp(-e)) / e, rel=1e-4) and "repeat" in text.splitlines()[1]
+    epoch = plan(load_grid(write(tmp_path, TINY), ["train.tokens=2e7", "train.sampler=epoch"]), None)
+    assert epoch[0].repeat == pytest.approx(1 - 1 / e, rel=1e-4)
 
 
 def test_plan_rejects_a_bad_grid_with_exit_code_2(tmp_path):
