@@ -91,6 +91,7 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     import torch
 
     from attnres.training.module import build_scheduler
+    from attnres.training.optimizer import saved_param_groups
 
     start = branch_step(cfg)
     ready = run_dir / schema.CHECKPOINT_DIR / BRANCH_START
@@ -109,7 +110,7 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     if checkpoint.get("global_step") != start:
         raise RuntimeError(f"{source} holds step {checkpoint.get('global_step')}, not {start}")
     # the branch's own schedule at its start step (the scheduler reads only its optimizer's groups' lr: stand-ins)
-    groups = checkpoint["optimizer_states"][0]["param_groups"]
+    groups = saved_param_groups(checkpoint["optimizer_states"][0])
     stand_in = torch.optim.SGD([{"params": [torch.zeros(1)]} for _ in groups], lr=cfg.train.lr)
     scheduler = build_scheduler(stand_in, cfg, run_budget(cfg).steps)
     with warnings.catch_warnings():

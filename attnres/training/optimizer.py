@@ -118,6 +118,14 @@ class MuonAdamW(torch.optim.Optimizer):
         self.state = _States(self.muon.state, self.adamw.state)  # type: ignore[assignment]
 
 
+def saved_param_groups(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parameter groups of a saved optimizer state, in the order the optimizer's ``param_groups`` has them (the
+    dicts themselves: changing one changes the state): a torch optimizer's, or :class:`MuonAdamW`'s two inner ones."""
+    if "param_groups" in state:
+        return state["param_groups"]
+    return [*state["muon"]["param_groups"], *state["adamw"]["param_groups"]]
+
+
 def build_optimizer(model: nn.Module, t: TrainConfig, foreach: bool | None = None) -> torch.optim.Optimizer:
     """The run's optimizer over :func:`parameter_groups` (AdamW) or Muon + AdamW (:class:`MuonAdamW`). ``foreach``
     None: torch's choice (multi-tensor on GPU); the memory estimate (:mod:`attnres.training.memory`) sets it to

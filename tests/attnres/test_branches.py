@@ -47,12 +47,15 @@ def runs_cfgs(runs):
     return [r.cfg for r in runs]
 
 
-def test_a_branch_from_its_trunk_ends_where_the_branch_from_step_0_ends(tmp_path, capfd):
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_branch_from_its_trunk_ends_where_the_branch_from_step_0_ends(tmp_path, capfd, optimizer):
     """The trunk's checkpoint at a branch's decay start (mid-run, under gradient accumulation, and the trunk's very
-    last step) continues to exactly the loss the branch reaches trained alone from step 0."""
-    summary = run_grid(load_grid(GRID), tmp_path / "res", threads=2, progress=False)  # the threads `alone` uses
+    last step) continues to exactly the loss the branch reaches trained alone from step 0, with either optimizer
+    (Muon's checkpoint holds two optimizers' states, whose learning rates the branch's schedule sets)."""
+    grid = {**GRID, "defaults": {**GRID["defaults"], "train": {**GRID["defaults"]["train"], "optimizer": optimizer}}}
+    summary = run_grid(load_grid(grid), tmp_path / "res", threads=2, progress=False)  # the threads `alone` uses
     assert summary.counts.get("done") == 3
-    for run in expand_runs(load_grid(GRID))[1:]:
+    for run in expand_runs(load_grid(grid))[1:]:
         branch_dir = tmp_path / "res" / run.cfg.sweep / run.cfg.run_id
         log = (branch_dir / "train.log").read_text()
         assert f"starting from its trunk's checkpoint at step {branch_step(run.cfg)}" in log
