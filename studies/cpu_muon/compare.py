@@ -36,7 +36,7 @@ def envelope_losses(sweep: dict) -> dict[tuple[str, str], float]:
 
 def main() -> None:
     sweeps = by_sweep(json.loads(FIT.read_text()))
-    ratios = sorted({name.split("@")[1] for name in sweeps if "@" in name}, key=lambda r: float(r.rstrip("tpp")))
+    ratios = sorted({name.split("@")[1] for name in sweeps if "@" in name}, key=lambda r: float(r.removesuffix("tpp")))
     for ratio in ratios:
         muon, adamw = sweeps[f"cpu_muon@{ratio}"], sweeps[f"cpu_muon_adamw@{ratio}"]
         m, a = paired_sizes(muon), paired_sizes(adamw)
@@ -49,12 +49,14 @@ def main() -> None:
         for s, d in zip(sizes, diffs):
             print(f"  {s}  M muon {m[s]:.3f}  M adamw {a[s]:.3f}  ratio {math.exp(d):.3f}")
         low, high = math.exp(mean - half), math.exp(mean + half)
-        print(f"  mean over {len(sizes)} sizes: {math.exp(mean):.3f} [{low:.3f}, {high:.3f}] ({LEVEL:.0%}, t over sizes)")
+        interval = f"{math.exp(mean):.3f} [{low:.3f}, {high:.3f}]"
+        print(f"  mean over {len(sizes)} sizes: {interval} ({LEVEL:.0%}, t over sizes)")
         lm, la = envelope_losses(muon), envelope_losses(adamw)
         print(f"{ratio}: envelope loss under Muon against AdamW (%, negative: Muon lower):")
         for key in sorted(lm):
             if key in la:
-                print(f"  {key[0]:<9} {key[1]}  muon {lm[key]:.4f}  adamw {la[key]:.4f}  {100 * (lm[key] / la[key] - 1):+.2f} %")
+                change = 100 * (lm[key] / la[key] - 1)
+                print(f"  {key[0]:<9} {key[1]}  muon {lm[key]:.4f}  adamw {la[key]:.4f}  {change:+.2f} %")
 
 
 if __name__ == "__main__":
