@@ -4,6 +4,9 @@ of the earlier studies/cpu_small/."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import re
 from pathlib import Path
 
@@ -227,3 +230,35 @@ def test_the_readme_findings_quote_the_cpu_envelope_fit(envelope_report):
     ):
         assert quoted in findings, quoted
     assert len(findings.strip().splitlines()) <= 12  # the heading, at most 10 lines, one figure
+
+
+MUON = ROOT / "studies" / "cpu_muon"
+needs_muon = pytest.mark.skipif(not (MUON / "results" / "cpu_muon").is_dir(), reason="studies/cpu_muon is not here")
+
+
+@needs_muon
+def test_fit_reproduces_the_cpu_muon_table_and_its_comparison():
+    """The page's table (both arms, both ratios) as `attnres fit --lr envelope` prints it, and the ratios of M it
+    quotes as studies/cpu_muon/compare.py computes them."""
+    from analysis import fit_results
+    from analysis.robust_tables import protocol_table
+
+    report = fit_results(MUON / "results", lr="envelope", chinchilla=False)
+    page = (MUON / "README.md").read_text()
+    expected = [
+        [f"{arm}, {tpp} tokens/param", *map(str, row)]
+        for arm, sweep in (("Muon", "cpu_muon"), ("AdamW", "cpu_muon_adamw"))
+        for tpp in (8, 16)
+        for row in protocol_table(report.sweep(f"{sweep}@{tpp}tpp"), report.settings, ["block"]).rows
+    ]
+    assert table_rows(page, r"(Muon|AdamW), \d+ tokens/param") == expected
+    spec = importlib.util.spec_from_file_location("compare", MUON / "compare.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        compare.main()
+    assert printed.getvalue() == (MUON / "compare.txt").read_text()
+    for line in printed.getvalue().splitlines():
+        if "mean over" in line:
+            assert line.split(": ", 1)[1].split(" (")[0] in page, line  # "0.984 [0.874, 1.107]" quoted on the page
