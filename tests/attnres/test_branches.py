@@ -47,7 +47,8 @@ def runs_cfgs(runs):
     return [r.cfg for r in runs]
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+# Muon's case (a checkpoint of two optimizers' states) in the integration tier: the default suite's budget is 10 minutes
+@pytest.mark.parametrize("optimizer", ["adamw", pytest.param("muon", marks=pytest.mark.integration)])
 def test_a_branch_from_its_trunk_ends_where_the_branch_from_step_0_ends(tmp_path, capfd, optimizer):
     """The trunk's checkpoint at a branch's decay start (mid-run, under gradient accumulation, and the trunk's very
     last step) continues to exactly the loss the branch reaches trained alone from step 0, with either optimizer
