@@ -29,6 +29,8 @@ import pandas as pd
 
 from analysis.bootstrap import Estimate, estimate, json_number
 from analysis.fit import ChinchillaFit
+from analysis.select import curve_variants
+from attnres.variants import Variant
 
 SIZE = ["n_layer", "d_model"]
 N_GRID = 96  # candidate sizes per frontier (log-spaced over the trained range)
@@ -40,9 +42,11 @@ NOT_CALIBRATED = "case bootstrap over (size, budget) cells, paired; not calibrat
 
 @dataclass(frozen=True)
 class FrontierMultiplier:
-    """M of ``variant`` over ``baseline`` at compute ``compute``, read between their frontiers."""
+    """M of ``variant`` (a curve name; ``curve_variant``: the variant it stands for, with Block AttnRes's N) over
+    ``baseline`` at compute ``compute``, read between their frontiers."""
 
     variant: str
+    curve_variant: Variant
     baseline: str
     compute: float  # FLOPs at which the variant's frontier is read
     M: Estimate
@@ -152,6 +156,7 @@ def frontier_multipliers(
     if baseline not in fits:
         return [], notes
     curves = {lab: _Curve.of(points[points["curve"] == lab]) for lab in fits}
+    variants = curve_variants(points)
     base_curve, base_fit = curves[baseline], fits[baseline]
     out = []
     for label, fit in fits.items():
@@ -181,6 +186,7 @@ def frontier_multipliers(
             out.append(
                 FrontierMultiplier(
                     label,
+                    variants[label],
                     baseline,
                     float(c),
                     _estimate(float(m[0, k]), kept, level),
