@@ -29,7 +29,6 @@ import pandas as pd
 
 from analysis.bootstrap import Estimate, estimate, json_number
 from analysis.fit import ChinchillaFit
-from analysis.select import curve_variants
 from attnres.variants import Variant
 
 SIZE = ["n_layer", "d_model"]
@@ -145,18 +144,23 @@ def multipliers_at(
 
 
 def frontier_multipliers(
-    points: pd.DataFrame, fits: Mapping[str, ChinchillaFit], baseline: str, level: float
+    points: pd.DataFrame,
+    fits: Mapping[str, ChinchillaFit],
+    baseline: str,
+    level: float,
+    variants: Mapping[str, Variant] | None = None,
 ) -> tuple[list[FrontierMultiplier], list[str]]:
     """M at the frontier for every curve with a surface, against ``baseline``'s surface; and notes.
 
     ``points``: the sweep's point table (:func:`analysis.select_points`); each fit's points are its curve's rows
     in that order (as :func:`analysis.sweep_fits` fitted them). The intervals come from the surfaces' own
-    bootstrap replicates (:attr:`ChinchillaFit.replicates`), paired where the two curves have the same cells."""
+    bootstrap replicates (:attr:`ChinchillaFit.replicates`), paired where the two curves have the same cells.
+    ``variants``: the curves' variants (:func:`analysis.select.curve_variants`); a curve without one is read from
+    its name."""
     notes: list[str] = []
     if baseline not in fits:
         return [], notes
     curves = {lab: _Curve.of(points[points["curve"] == lab]) for lab in fits}
-    variants = curve_variants(points)
     base_curve, base_fit = curves[baseline], fits[baseline]
     out = []
     for label, fit in fits.items():
@@ -186,7 +190,7 @@ def frontier_multipliers(
             out.append(
                 FrontierMultiplier(
                     label,
-                    variants[label],
+                    (variants or {}).get(label) or Variant.of_curve(label),
                     baseline,
                     float(c),
                     _estimate(float(m[0, k]), kept, level),

@@ -159,7 +159,7 @@ def _fit_sweep(
     chinchilla, at_frontier = {}, []
     if settings.chinchilla and not p.points.empty:
         chinchilla = _chinchilla_fits(p.points, fitted, settings, notes)
-        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes)
+        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes, variants)
     return SweepFit(
         p.sweep,
         p.conventions,
@@ -246,9 +246,13 @@ def _protocol_cells(
 
 
 def _frontier_multipliers(
-    points: pd.DataFrame, chinchilla: Mapping[str, ChinchillaFit], settings: FitSettings, notes: list[str]
+    points: pd.DataFrame,
+    chinchilla: Mapping[str, ChinchillaFit],
+    settings: FitSettings,
+    notes: list[str],
+    variants: Mapping[str, Variant],
 ) -> list[FrontierMultiplier]:
-    found, more = frontier_multipliers(points, chinchilla, settings.baseline, settings.level)
+    found, more = frontier_multipliers(points, chinchilla, settings.baseline, settings.level, variants)
     notes += more
     return found
 
@@ -268,7 +272,8 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
     chinchilla = _chinchilla_fits(points, labels, settings, notes) if labels else {}
     if not chinchilla:
         notes.append("no Chinchilla surface could be fitted")
-    at_frontier = _frontier_multipliers(points, chinchilla, settings, notes)
+    variants = curve_variants(points)
+    at_frontier = _frontier_multipliers(points, chinchilla, settings, notes, variants)
     return SweepFit(
         sweep,
         conventions,
@@ -281,7 +286,7 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
         points,
         missing_seeds=missing_seeds(points),
         frontier_multipliers=tuple(at_frontier),
-        curve_variants=curve_variants(points),
+        curve_variants=variants,
     )
 
 
