@@ -208,6 +208,7 @@ class ProtocolCell:
     the variant's loss there, and what the paper's protocol costs it (% of its own loss)."""
 
     curve: str
+    curve_variant: Variant  # the variant ``curve`` stands for, with Block AttnRes's N
     n_layer: int
     d_model: int
     tokens: float
