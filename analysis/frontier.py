@@ -29,6 +29,7 @@ import pandas as pd
 
 from analysis.bootstrap import Estimate, estimate, json_number
 from analysis.fit import ChinchillaFit
+from attnres.variants import Variant
 
 SIZE = ["n_layer", "d_model"]
 N_GRID = 96  # candidate sizes per frontier (log-spaced over the trained range)
@@ -40,9 +41,11 @@ NOT_CALIBRATED = "case bootstrap over (size, budget) cells, paired; not calibrat
 
 @dataclass(frozen=True)
 class FrontierMultiplier:
-    """M of ``variant`` over ``baseline`` at compute ``compute``, read between their frontiers."""
+    """M of ``variant`` (a curve name; ``curve_variant``: the variant it stands for, with Block AttnRes's N) over
+    ``baseline`` at compute ``compute``, read between their frontiers."""
 
     variant: str
+    curve_variant: Variant
     baseline: str
     compute: float  # FLOPs at which the variant's frontier is read
     M: Estimate
@@ -141,13 +144,19 @@ def multipliers_at(
 
 
 def frontier_multipliers(
-    points: pd.DataFrame, fits: Mapping[str, ChinchillaFit], baseline: str, level: float
+    points: pd.DataFrame,
+    fits: Mapping[str, ChinchillaFit],
+    baseline: str,
+    level: float,
+    variants: Mapping[str, Variant] | None = None,
 ) -> tuple[list[FrontierMultiplier], list[str]]:
     """M at the frontier for every curve with a surface, against ``baseline``'s surface; and notes.
 
     ``points``: the sweep's point table (:func:`analysis.select_points`); each fit's points are its curve's rows
     in that order (as :func:`analysis.sweep_fits` fitted them). The intervals come from the surfaces' own
-    bootstrap replicates (:attr:`ChinchillaFit.replicates`), paired where the two curves have the same cells."""
+    bootstrap replicates (:attr:`ChinchillaFit.replicates`), paired where the two curves have the same cells.
+    ``variants``: the curves' variants (:func:`analysis.select.curve_variants`); a curve without one is read from
+    its name."""
     notes: list[str] = []
     if baseline not in fits:
         return [], notes
@@ -181,6 +190,7 @@ def frontier_multipliers(
             out.append(
                 FrontierMultiplier(
                     label,
+                    (variants or {}).get(label) or Variant.of_curve(label),
                     baseline,
                     float(c),
                     _estimate(float(m[0, k]), kept, level),

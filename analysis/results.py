@@ -27,6 +27,7 @@ from analysis.sensitivity import Sensitivity
 from analysis.settings import UNIT_NAMES, FitSettings
 from analysis.stalls import Stall
 from analysis.study import BUDGETS
+from attnres.variants import Variant
 
 FORMAT = "attnres-fit/1"
 
@@ -59,10 +60,13 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class CurveResult:
-    """A curve's power-law fit (intervals from the report's shared bootstrap) and its points."""
+    """A curve's power-law fit (intervals from the report's shared bootstrap) and its points. ``curve``: its name
+    (``block-N4``), ``variant``: the runs' variant column (``block``), ``curve_variant``: the variant the curve
+    stands for, with Block AttnRes's N (what the reports show; fit.json keeps the two names)."""
 
     curve: str
     variant: str
+    curve_variant: Variant
     fit: PowerLawFit
     points: tuple[CurvePoint, ...]
 
@@ -204,6 +208,7 @@ class ProtocolCell:
     the variant's loss there, and what the paper's protocol costs it (% of its own loss)."""
 
     curve: str
+    curve_variant: Variant  # the variant ``curve`` stands for, with Block AttnRes's N
     n_layer: int
     d_model: int
     tokens: float
@@ -241,9 +246,12 @@ class VariantMultiplier:
 
     ``multiplier`` is the headline: M at the variant's largest budget ``compute``, from the joint fit with a
     shared exponent (``exponent == "shared"``) or from the separate fits (``"unshared"``); both are kept.
+    ``variant`` is the variant's curve name (as in fit.json), ``curve_variant`` the variant it stands for, with
+    Block AttnRes's N.
     """
 
     variant: str
+    curve_variant: Variant
     baseline: str
     exponent: str
     exponent_reason: str
@@ -335,6 +343,7 @@ class SweepFit:
     envelope: Envelopes | None = None  # the learning-rate envelopes the points were read off (--lr envelope)
     stalls: tuple[Stall, ...] = ()  # runs flagged as stalled (analysis.stalls)
     protocol_cells: tuple[ProtocolCell, ...] = ()  # both protocols per (variant, size, budget), a grid that swept rates
+    curve_variants: Mapping[str, Variant] = field(default_factory=dict, compare=False)  # of every curve in ``points``
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:

@@ -97,6 +97,17 @@ def curve_labels(runs: pd.DataFrame) -> pd.Series:
     return labels
 
 
+def curve_variants(points: pd.DataFrame) -> dict[str, Variant]:
+    """The :class:`~attnres.variants.Variant` of every curve of a point table, made once per sweep for its
+    results to carry: the curve name's variant (``block-N4``: Block with N = 4), and for a Block AttnRes curve
+    whose name does not say N (one N per size) the most common ``n_blocks`` among its points."""
+    out = {}
+    for curve, g in points.groupby("curve", sort=True):
+        values = pd.to_numeric(g["n_blocks"], errors="coerce").dropna()
+        out[str(curve)] = Variant.of_curve(str(curve), None if values.empty else int(values.mode().iloc[0]))
+    return out
+
+
 def select_points(
     runs: pd.DataFrame, *, method: str = "mean", rates: Mapping[tuple[str, int, int, float], float] | None = None
 ) -> pd.DataFrame:

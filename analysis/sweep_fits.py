@@ -57,7 +57,7 @@ from analysis.results import (
     SweepFit,
     VariantMultiplier,
 )
-from analysis.select import select_points
+from analysis.select import curve_variants, select_points
 from analysis.sensitivity import sweep_sensitivity
 from analysis.settings import ALIASES, COMPUTE_UNITS, TRUNK_SUFFIX, TUNING_SUFFIX, UNIT_SHORT, FitSettings
 from analysis.slices import slices
@@ -71,6 +71,7 @@ from analysis.study_stats import (
 )
 from analysis.sweep_points import PreparedSweep, collect_warnings, curves_under, flop_conventions, prepare_sweep
 from analysis.throughput import flag_implausible, sweep_folders, sweep_throughput, throughput_ratios
+from attnres.variants import Variant
 
 
 def _power_fit(study: Study, label: str, settings: FitSettings) -> PowerLawFit:
@@ -126,10 +127,12 @@ def _fit_sweep(
             missing_seeds=p.missing_seeds,
             envelope=p.envelopes,
             stalls=stalls,
+            curve_variants=curve_variants(p.points),
         )
     fitted = [d.label for d in p.data]
+    variants = curve_variants(p.points)
     throughput = sweep_throughput(p.points, folders, notes)
-    study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes)
+    study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes, variants)
     flag_implausible(multipliers, notes)
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other))
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
@@ -151,12 +154,12 @@ def _fit_sweep(
             else m
             for m in multipliers
         ]
-        protocol_cells = _protocol_cells(p.runs, settings, notes)
-    curves = [_curve_result(study, label, p.rows[label], settings, notes) for label in fitted]
+        protocol_cells = _protocol_cells(p.runs, settings, notes, variants)
+    curves = [_curve_result(study, variants[label], label, p.rows[label], settings, notes) for label in fitted]
     chinchilla, at_frontier = {}, []
     if settings.chinchilla and not p.points.empty:
         chinchilla = _chinchilla_fits(p.points, fitted, settings, notes)
-        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes)
+        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes, variants)
     return SweepFit(
         p.sweep,
         p.conventions,
@@ -172,6 +175,7 @@ def _fit_sweep(
         envelope=p.envelopes,
         stalls=stalls,
         protocol_cells=protocol_cells,
+        curve_variants=variants,
     )
 
 
@@ -201,8 +205,11 @@ def _headlines(
     }
 
 
-def _protocol_cells(runs: pd.DataFrame, settings: FitSettings, notes: list[str]) -> tuple[ProtocolCell, ...]:
-    """Every (variant, size, budget) under both protocols (:class:`ProtocolCell`)."""
+def _protocol_cells(
+    runs: pd.DataFrame, settings: FitSettings, notes: list[str], variants: Mapping[str, Variant]
+) -> tuple[ProtocolCell, ...]:
+    """Every (variant, size, budget) under both protocols (:class:`ProtocolCell`); ``variants``: the sweep's
+    curves' variants (:func:`analysis.select.curve_variants`)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -224,6 +231,7 @@ def _protocol_cells(runs: pd.DataFrame, settings: FitSettings, notes: list[str])
         cells.append(
             ProtocolCell(
                 str(r.curve),
+                variants.get(str(r.curve)) or Variant.of_curve(str(r.curve)),
                 int(r.n_layer),
                 int(r.d_model),
                 float(r.tokens),
@@ -238,9 +246,13 @@ def _protocol_cells(runs: pd.DataFrame, settings: FitSettings, notes: list[str])
 
 
 def _frontier_multipliers(
-    points: pd.DataFrame, chinchilla: Mapping[str, ChinchillaFit], settings: FitSettings, notes: list[str]
+    points: pd.DataFrame,
+    chinchilla: Mapping[str, ChinchillaFit],
+    settings: FitSettings,
+    notes: list[str],
+    variants: Mapping[str, Variant],
 ) -> list[FrontierMultiplier]:
-    found, more = frontier_multipliers(points, chinchilla, settings.baseline, settings.level)
+    found, more = frontier_multipliers(points, chinchilla, settings.baseline, settings.level, variants)
     notes += more
     return found
 
@@ -260,7 +272,8 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
     chinchilla = _chinchilla_fits(points, labels, settings, notes) if labels else {}
     if not chinchilla:
         notes.append("no Chinchilla surface could be fitted")
-    at_frontier = _frontier_multipliers(points, chinchilla, settings, notes)
+    variants = curve_variants(points)
+    at_frontier = _frontier_multipliers(points, chinchilla, settings, notes, variants)
     return SweepFit(
         sweep,
         conventions,
@@ -273,6 +286,7 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
         points,
         missing_seeds=missing_seeds(points),
         frontier_multipliers=tuple(at_frontier),
+        curve_variants=variants,
     )
 
 
@@ -282,11 +296,13 @@ def fit_curves(
     rows: dict[str, pd.DataFrame] | None = None,
     throughput: dict[tuple[str, int, int], float] | None = None,
     notes: list[str] | None = None,
+    variants: Mapping[str, Variant] | None = None,
 ) -> tuple[Study, JointPowerLawFit | None, list[VariantMultiplier]]:
     """The fits, the shared bootstrap and every variant's multiplier from the curves' data: what
     ``attnres fit`` computes per sweep once its points are chosen (the coverage study calls it on simulated
     points). ``rows`` / ``throughput`` (the curves' point tables, FLOP/s per shape) give the wall-clock
-    multipliers; without them those are nan."""
+    multipliers; without them those are nan. ``variants``: the curves' variants
+    (:func:`analysis.select.curve_variants` of their points); a curve without one is read from its name."""
     notes = [] if notes is None else notes
     check_budget_ranges("", data, settings.baseline, UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
     study = run_study(
@@ -309,13 +325,18 @@ def fit_curves(
     else:
         for label in labels:
             if label != settings.baseline:
-                multipliers.append(_variant_multiplier(study, label, settings, rows, throughput or {}, joint, notes))
+                variant = (variants or {}).get(label) or Variant.of_curve(label)
+                multipliers.append(
+                    _variant_multiplier(study, variant, label, settings, rows, throughput or {}, joint, notes)
+                )
     return study, joint, multipliers
 
 
-def _curve_result(study: Study, label: str, g: pd.DataFrame, settings: FitSettings, notes: list[str]) -> CurveResult:
-    """A fitted curve with its points (``g``: the curve's rows of points); a fit that did not converge gets a
-    note."""
+def _curve_result(
+    study: Study, variant: Variant, label: str, g: pd.DataFrame, settings: FitSettings, notes: list[str]
+) -> CurveResult:
+    """A fitted curve (``variant``: what it stands for) with its points (``g``: the curve's rows of points); a fit
+    that did not converge gets a note."""
     unit = COMPUTE_UNITS[settings.compute_unit]
     pts = tuple(
         CurvePoint(
@@ -332,7 +353,7 @@ def _curve_result(study: Study, label: str, g: pd.DataFrame, settings: FitSettin
     fit = _power_fit(study, label, settings)
     if fit.status != "converged":
         notes.append(f"{label}: fit status {fit.status} ({fit.message})")
-    return CurveResult(label, str(g["variant"].iloc[0]), fit, pts)
+    return CurveResult(label, str(g["variant"].iloc[0]), variant, fit, pts)
 
 
 def _joint_fit(study: Study, settings: FitSettings) -> JointPowerLawFit | None:
@@ -359,6 +380,7 @@ def _joint_fit(study: Study, settings: FitSettings) -> JointPowerLawFit | None:
 
 def _variant_multiplier(
     study: Study,
+    variant: Variant,
     label: str,
     settings: FitSettings,
     rows: dict[str, pd.DataFrame] | None,
@@ -366,7 +388,8 @@ def _variant_multiplier(
     joint: JointPowerLawFit | None,
     notes: list[str],
 ) -> VariantMultiplier:
-    """Everything about one variant against the baseline (module docstring, step 3)."""
+    """Everything about one variant (curve ``label``, standing for ``variant``) against the baseline (module
+    docstring, step 3)."""
     base = settings.baseline
     level = settings.level
     per_point = points_log_multiplier(study, label, base)
@@ -405,6 +428,7 @@ def _variant_multiplier(
     top_ratio = ratios[int(np.argmax(data.compute))]
     return VariantMultiplier(
         variant=label,
+        curve_variant=variant,
         baseline=base,
         exponent=exponent,
         exponent_reason=reason,

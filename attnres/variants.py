@@ -11,17 +11,28 @@ It has one name per place it is shown in, all made here:
 ``short``          ``Block N=4``           annotations
 =================  ======================  ====================================================================
 
-:meth:`Variant.parse` reads a label or a curve name back.
+:meth:`Variant.parse` reads a label or a curve name back, :meth:`Variant.of_curve` a curve name. What a variant
+is (its place in the figures' order, whether it is AttnRes in the paper's form, its one-line ``description``) is
+decided here too: the analysis's results carry their curves' variants, and the reports ask those.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 _CURVE_N = re.compile(r"^(?P<name>.+)-N(?P<n>\d+)$")
 _LABEL_N = re.compile(r"^block(?P<n>\d+)(?P<tags>(\+.*)?)$")
+_HC = re.compile(r"(m?hc)(\d+)")
+
+_TAG_TEXT = {
+    "no_key_norm": "without key RMSNorm",
+    "sigmoid": "sigmoid instead of softmax",
+    "input_query": "input-dependent query",
+    "scalar": "input-independent scalar mixing (no query/key)",
+}
 
 
 class _Model(Protocol):
@@ -78,6 +89,19 @@ class Variant:
         return cls(text)
 
     @classmethod
+    def of_curve(cls, curve: str, n_blocks: int | None = None) -> Variant:
+        """The variant a curve name stands for (:meth:`parse`): ``block-N4`` is Block AttnRes with N = 4, any
+        other curve its variant name with N unknown. A curve name is a variant name or ``<variant>-N<n>``, never
+        a label, so a name that reads only as a label (``block4``) is kept as it is. ``n_blocks``: N of a Block
+        AttnRes curve whose name does not say it (``block``, when the sweep ran one N)."""
+        variant = cls.parse(curve)
+        if variant.curve() != curve:
+            variant = cls(curve)
+        if variant.name == "block" and variant.n_blocks is None:
+            return cls("block", n_blocks)
+        return variant
+
+    @classmethod
     def parse_main(cls, label: str) -> Variant | None:
         """``baseline``, ``full`` or ``block<N>`` (the labels a grid or a benchmark may name by themselves); None
         for any other label, so the caller can name its own alternatives."""
@@ -95,6 +119,38 @@ class Variant:
     @property
     def is_block(self) -> bool:
         return self.residual == "block"
+
+    @property
+    def is_main(self) -> bool:
+        """Baseline, Full AttnRes and Block AttnRes (any N): the variants the dynamics figures show by default."""
+        return self.name in ("baseline", "full", "block")
+
+    @property
+    def is_attnres(self) -> bool:
+        """Full or Block AttnRes (any N) without an ablation: runs that write depth_attn.parquet in the paper's
+        form."""
+        return self.name in ("full", "block")
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """The figures' order (:func:`curve_order`): baseline, other baselines (DenseFormer, HC, mHC), Full and
+        its ablations, Block (by N) and its ablations, anything else."""
+        name, base = self.name, self.residual
+        if name == "baseline":
+            group = 0
+        elif base in ("denseformer",) or re.fullmatch(r"m?hc\d*", base):
+            group = 1
+        elif name == "full":
+            group = 2
+        elif base == "full":
+            group = 3
+        elif name == "block":
+            group = 4
+        elif base == "block":
+            group = 5
+        else:
+            group = 6
+        return group, self.n_blocks if self.n_blocks is not None else 0
 
     @property
     def label(self) -> str:
@@ -128,3 +184,40 @@ class Variant:
         if self.name == "block":
             return f"Block N={self.n_blocks}" if self.n_blocks is not None else "Block"
         return self.curve()
+
+    @property
+    def description(self) -> str:
+        """One line: the residual kind, then each ablation tag's meaning (``full+sigmoid``: "Full AttnRes, sigmoid
+        instead of softmax"; Block with its N when known: "Block AttnRes, N = 4")."""
+        base, tags = self.residual, self.name.split("+")[1:]
+        m = _HC.fullmatch(base)
+        if base == "baseline":
+            head = "PreNorm residual stream (baseline)"
+        elif base == "denseformer":
+            head = "DenseFormer (learned scalar weights over all earlier outputs)"
+        elif m:
+            head = (
+                "manifold-constrained Hyper-Connections (mHC)" if m.group(1) == "mhc" else "Hyper-Connections (HC)"
+            ) + f", {m.group(2)} streams"
+        elif base == "full":
+            head = "Full AttnRes"
+        elif base == "block":
+            head = "Block AttnRes" + (f", N = {self.n_blocks}" if self.n_blocks is not None else "")
+        else:
+            head = base
+        return ", ".join([head, *map(_tag_text, tags)])
+
+
+def _tag_text(tag: str) -> str:
+    if tag in _TAG_TEXT:
+        return _TAG_TEXT[tag]
+    if tag.startswith("heads") and tag[5:].isdigit():
+        return f"{tag[5:]}-head depth attention"
+    if tag.startswith("window") and tag[6:].isdigit():
+        return f"sliding window over the last {tag[6:]} outputs + embedding"
+    return tag
+
+
+def curve_order(curves: Iterable[str]) -> list[str]:
+    """Curve names in the figures' order (:attr:`Variant.order`), alphabetical within a group and N."""
+    return sorted(set(curves), key=lambda curve: (*Variant.of_curve(curve).order, curve))

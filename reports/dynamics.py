@@ -18,13 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from attnres.variants import Variant, curve_order
 from reports.data import MissingData, Shape, last_step, n_blocks_of, reference_points, sweep_points, table_rows
 from reports.style import (
     FIGSIZE,
     compact_ticks,
-    curve_order,
-    curve_variant,
-    is_main_variant,
     rc_context,
     readable_log_ticks,
     variant_color,
@@ -44,10 +42,14 @@ DEPTH_LABEL = "transformer block (1 = nearest the embedding)"
 def _keep(points: pd.DataFrame, variants: Sequence[str] | None):
     if variants is not None:
         wanted = set(variants)
-        return lambda curve: curve in wanted or curve_variant(curve).name in wanted
-    if points["curve"].map(is_main_variant).any():
-        return is_main_variant
+        return lambda curve: curve in wanted or Variant.of_curve(curve).name in wanted
+    if points["curve"].map(_is_main).any():
+        return _is_main
     return lambda curve: True
+
+
+def _is_main(curve: str) -> bool:
+    return Variant.of_curve(curve).is_main
 
 
 def plot_loss_curves(

@@ -16,12 +16,10 @@ from analysis.settings import COMPUTE_UNITS
 from analysis.tables import NO_INTERVAL, incomplete_text, intervals_text, with_interval
 from reports.captions import protocol_text, unit_name
 from reports.context import ReportContext
-from reports.data import n_blocks_of
 from reports.document import Block, Bullets, Heading, Paragraph, Table
 from reports.paper import PAPER_M
 from reports.protocols import comparison_blocks
 from reports.regime import Regime, paper_sentence, regime, regime_rows
-from reports.style import curve_order, variant_label
 
 
 @dataclass(frozen=True)
@@ -153,13 +151,12 @@ def headlines(ctx: ReportContext) -> list[Headline]:
     """Each variant's multiplier at its largest budget, sweep by sweep, variants in the figures' order."""
     out = []
     for sw in ctx.fit.sweeps:
-        order = curve_order([m.variant for m in sw.multipliers])
-        for m in sorted(sw.multipliers, key=lambda m: order.index(m.variant)):
+        for m in sorted(sw.multipliers, key=lambda m: (*m.curve_variant.order, m.variant)):
             out.append(
                 Headline(
                     sw.sweep,
                     m.variant,
-                    variant_label(m.variant, n_blocks_of(sw.points, m.variant)),
+                    m.curve_variant.title,
                     m.compute,
                     unit_name(ctx.settings.compute_unit),
                     m.multiplier,
@@ -298,7 +295,7 @@ def frontier_blocks(ctx: ReportContext) -> list[Block]:
     rows = [
         {
             "sweep": sw.sweep,
-            "variant": variant_label(m.variant, n_blocks_of(sw.points, m.variant)),
+            "variant": m.curve_variant.title,
             with_interval("M at the frontier", ctx.settings): m.M.text(3),
             f"at C ({unit_name(ctx.settings.compute_unit)})": f"{m.compute / unit:.3g}",
             "optimal sizes (variant / baseline)": f"{m.n_opt:.3g} / {m.n_opt_baseline:.3g}",

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.envelope import rate_law
+from attnres.variants import curve_order
 from reports.data import MissingData, sweep_fit
 from reports.paper import TABLE2_LR, TABLE2_NOTE, TABLE2_PARAMS
-from reports.style import curve_order, rc_context, variant_color, variant_label, variant_marker
+from reports.style import rc_context, variant_color, variant_label, variant_marker
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure

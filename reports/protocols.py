@@ -19,9 +19,8 @@ import pandas as pd
 
 from analysis.frontier import at_largest_compute
 from analysis.select import curve_labels
-from reports.data import n_blocks_of
+from attnres.variants import curve_order
 from reports.document import Block, Paragraph, Table
-from reports.style import curve_order, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport
@@ -89,11 +88,11 @@ def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> li
         if base not in bases:
             continue
         for m in sw.multipliers:
-            labels.setdefault(m.variant, variant_label(m.variant, n_blocks_of(sw.points, m.variant)))
+            labels.setdefault(m.variant, m.curve_variant.title)
             mark = "" if m.reliable else " (unreliable)"
             cells.setdefault((part, m.variant), {})[base] = f"{m.multiplier.text(3)}{mark}"
         for f in at_largest_compute(sw.frontier_multipliers):  # as in the headline
-            labels.setdefault(f.variant, variant_label(f.variant, n_blocks_of(sw.points, f.variant)))
+            labels.setdefault(f.variant, f.curve_variant.title)
             cells.setdefault((FRONTIER, f.variant), {})[base] = f"{f.M.text(3)} (not calibrated)"
     order = curve_order(list(labels))
     keys = sorted(cells, key=lambda k: (_part_order(k[0]), order.index(k[1])))

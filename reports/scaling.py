@@ -22,11 +22,8 @@ from reports.data import MissingData, sweep_fit
 from reports.paper import PAPER_BLOCK_N, PAPER_FITS, PAPER_HEADLINE_C, PAPER_M, PAPER_RANGE
 from reports.style import (
     FIGSIZE,
-    curve_order,
-    curve_variant,
     rc_context,
     readable_log_ticks,
-    short_label,
     variant_color,
     variant_label,
     variant_linestyle,
@@ -50,7 +47,7 @@ def compute_unit_scale(compute_unit: str) -> float:
 
 def paper_multiplier(variant: str) -> float | None:
     """M of the paper's published fits at C = 5.6 PFLOP/s-days (Block: 1.25, Full: 1.27); None for others."""
-    name = curve_variant(variant).name
+    name = Variant.of_curve(variant).name
     if name not in ("block", "full"):
         return None
     base = PowerLaw(*PAPER_FITS["baseline"])
@@ -81,7 +78,7 @@ def no_multiplier_reason(report: FitReport, sw: SweepFit) -> str:
 
 
 def _n_blocks(runs: pd.DataFrame | None, sweep: str, curve: str) -> int | None:
-    v = curve_variant(curve)
+    v = Variant.of_curve(curve)
     variant, n = v.name, v.n_blocks
     if n is not None or variant != "block" or runs is None or runs.empty:
         return n
@@ -97,7 +94,7 @@ def _runs_behind(runs: pd.DataFrame, sw: SweepFit, c: Any, unit: float) -> tuple
     an IsoFLOP frontier every run of the curve (the sizes the minimum was fitted through)."""
     g = runs[(runs["sweep"].astype(str) == sw.sweep) & (runs["status"] == "done")]
     if sw.frontier:
-        v = curve_variant(c.curve)
+        v = Variant.of_curve(c.curve)  # N only when the curve's name says it: a Block curve of one N is every N's
         variant, n = v.name, v.n_blocks
         g = g[g["variant"].astype(str) == variant]
         if n is not None:
@@ -115,7 +112,7 @@ def _law_text(law: Any) -> str:
 
 def multiplier_text(curve: str, estimate: Any, n_blocks: int | None = None) -> str:
     """``Block N=4: M = 1.31 [1.27, 1.34]`` (3 significant digits, the interval when there is one)."""
-    return f"{short_label(curve, n_blocks)}: M = {estimate.text(3)}"
+    return f"{Variant.of_curve(curve, n_blocks).short}: M = {estimate.text(3)}"
 
 
 def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd.DataFrame | None = None) -> Figure:
@@ -151,9 +148,8 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
             and (sw.frontier or any(p.n_runs > 1 for c in sw.curves for p in c.points))
         )
         panels = _ScalingPanels(ax, axr, base, grid)
-        for label in curve_order(c.curve for c in sw.curves):
-            c = curves[label]
-            panels.curve(c, _n_blocks(runs, sw.sweep, label))
+        for c in sorted(sw.curves, key=lambda c: (*c.curve_variant.order, c.curve)):
+            panels.curve(c, _n_blocks(runs, sw.sweep, c.curve))
             if show_runs:
                 panels.runs(c.curve, *_runs_behind(runs, sw, c, unit))
         if show_runs:
@@ -288,7 +284,7 @@ def plot_multiplier(
         raise MissingData(no_multiplier_reason(report, sw))
     settings = report.settings
     level = _percent(settings)
-    mults = sorted(sw.multipliers, key=lambda m: curve_order([x.variant for x in sw.multipliers]).index(m.variant))
+    mults = sorted(sw.multipliers, key=lambda m: (*m.curve_variant.order, m.variant))
     n = len(mults)
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from attnres.variants import Variant
@@ -76,25 +75,9 @@ RC = {
 }
 
 
-def curve_variant(curve: str) -> Variant:
-    """The variant a curve name stands for (:meth:`Variant.parse`): ``block-N4`` is Block AttnRes with N = 4,
-    any other curve its variant name with N unknown. A curve name is a variant name or ``<variant>-N<n>``,
-    never a label, so a name that reads only as a label (``block4``) is kept as it is."""
-    variant = Variant.parse(curve)
-    return variant if variant.curve() == curve else Variant(curve)
-
-
-def _with_blocks(curve: str, n_blocks: int | None) -> Variant:
-    """The curve's variant, with ``n_blocks`` as N of a Block AttnRes curve whose name does not say N."""
-    variant = curve_variant(curve)
-    if variant.name == "block" and variant.n_blocks is None:
-        return Variant("block", n_blocks)
-    return variant
-
-
 def variant_color(curve: str) -> str:
     """The fixed color of a variant or curve label (``block-N8`` gets a shade of the Block color by N)."""
-    v = curve_variant(curve)
+    v = Variant.of_curve(curve)
     variant = v.name
     if variant == "block" and v.n_blocks is not None:
         return _block_shade(v.n_blocks)
@@ -122,7 +105,7 @@ def _stable_index(name: str, n: int) -> int:
 
 
 def variant_marker(curve: str) -> str:
-    v = curve_variant(curve)
+    v = Variant.of_curve(curve)
     variant, base = v.name, v.residual
     if variant in _MARKERS:
         return _MARKERS[variant]
@@ -133,7 +116,7 @@ def variant_marker(curve: str) -> str:
 
 
 def variant_linestyle(curve: str) -> str:
-    variant = curve_variant(curve).name
+    variant = Variant.of_curve(curve).name
     if variant == "baseline":
         return "-"
     if variant.startswith("block"):
@@ -144,52 +127,10 @@ def variant_linestyle(curve: str) -> str:
 
 
 def variant_label(curve: str, n_blocks: int | None = None) -> str:
-    """The legend name (:attr:`Variant.title`): ``baseline``, ``Full AttnRes``, ``Block AttnRes (N=4)``; other
-    names as they are, with N only when the curve name says it (``block+heads16-N4``). ``n_blocks``: N of a
-    Block AttnRes curve whose name does not say it."""
-    return _with_blocks(curve, n_blocks).title
-
-
-def short_label(curve: str, n_blocks: int | None = None) -> str:
-    """A short name for annotations (:attr:`Variant.short`): ``Full``, ``Block N=4``, other curves by their
-    name."""
-    return _with_blocks(curve, n_blocks).short
-
-
-def curve_order(curves: Iterable[str]) -> list[str]:
-    """A fixed order: baseline, other baselines (DenseFormer, HC, mHC), Full and its ablations, Block (by N)
-    and its ablations, anything else; alphabetical within a group."""
-
-    def key(curve: str) -> tuple[int, int, str]:
-        v = curve_variant(curve)
-        variant, n, base = v.name, v.n_blocks, v.residual
-        if variant == "baseline":
-            group = 0
-        elif base in ("denseformer",) or re.fullmatch(r"m?hc\d*", base):
-            group = 1
-        elif variant == "full":
-            group = 2
-        elif base == "full":
-            group = 3
-        elif variant == "block":
-            group = 4
-        elif base == "block":
-            group = 5
-        else:
-            group = 6
-        return group, n if n is not None else 0, curve
-
-    return sorted(set(curves), key=key)
-
-
-def is_main_variant(curve: str) -> bool:
-    """Baseline, Full AttnRes and Block AttnRes (any N): the variants the dynamics figures show by default."""
-    return curve_variant(curve).name in ("baseline", "full", "block")
-
-
-def is_attnres(curve: str) -> bool:
-    """A curve whose runs write depth_attn.parquet in the paper's form (Full or Block, any N, no ablation)."""
-    return curve_variant(curve).name in ("full", "block")
+    """The legend name (:attr:`Variant.title`) of a curve known by its name only (a figure drawn from points):
+    ``baseline``, ``Full AttnRes``, ``Block AttnRes (N=4)``; other names as they are, with N only when the curve
+    name says it (``block+heads16-N4``). ``n_blocks``: N of a Block AttnRes curve whose name does not say it."""
+    return Variant.of_curve(curve, n_blocks).title
 
 
 def rc_context() -> Any:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from attnres.variants import curve_order
 from reports import ablation, dynamics, heatmaps, learning_rates, scaling
 from reports.context import ReportContext
-from reports.data import n_blocks_of
 from reports.records import Skipped
 from reports.section import Section, figure
-from reports.style import curve_order, curve_variant, is_attnres, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import SweepFit
@@ -88,7 +87,8 @@ def learning_rate_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
 def depth_attention_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
     """A depth-attention heatmap per Full or Block AttnRes curve of the sweep (skipped when there is none)."""
     sweep, runs, points = sw.sweep, ctx.results.runs, sw.points
-    curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if is_attnres(c)]
+    variants = sw.curve_variants
+    curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if variants[c].is_attnres]
     if not curves:
         reason = "no finished Full or Block AttnRes runs in this sweep, so no depth-attention weights"
         return [Section(skipped=[Skipped("depth_attention", sweep, reason)])]
@@ -101,9 +101,9 @@ def depth_attention_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
                 runs, ctx.results.depth_attn, variant=c, sweep=sweep, points=points
             ),
             "depth_attention",
-            subject=variant_label(c, n_blocks_of(points, c)),
+            subject=variants[c].title,
             block="; columns are depth blocks and outlined cells the row's own partial block"
-            if curve_variant(c).name == "block"
+            if variants[c].name == "block"
             else "",
         )
         for c in curves

@@ -17,12 +17,12 @@ from analysis.tables import (
     joint_text,
     sensitivity_texts,
 )
+from attnres.variants import curve_order
 from reports import scaling, tables
 from reports.context import ReportContext
 from reports.data import MissingData
 from reports.document import Block, Bullets, Heading, Paragraph, Table
 from reports.learning_rates import best_lr_table
-from reports.style import curve_order
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import SweepFit

@@ -9,7 +9,6 @@ Takes the :class:`analysis.FitReport` or the runs DataFrame; never reads files; 
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -17,10 +16,10 @@ import pandas as pd
 from analysis import tables as analysis_tables
 from analysis.select import curve_labels
 from analysis.tables import FitTable, curve_table
-from attnres.variants import Variant
+from attnres.variants import Variant, curve_order
 from reports.data import MissingData, Shape, n_blocks_of, sweep_fit, sweep_points, sweep_runs
 from reports.paper import PAPER_TABLE4, PAPER_TABLE4_BASELINE, PAPER_TABLE4_BLOCK_SIZE, PAPER_TABLE4_PARAMS
-from reports.style import compact_int, curve_order, curve_variant, is_main_variant, variant_label
+from reports.style import compact_int, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport, SweepFit
@@ -29,44 +28,11 @@ PAPER_TABLE4_SIZE = compact_int(PAPER_TABLE4_PARAMS)  # "436M": the paper's mode
 # the ablation table's column of the paper's differences from its baseline
 PAPER_DELTA_COLUMN = f"paper Δ ({PAPER_TABLE4_SIZE}, their data)"
 
-_TAG_TEXT = {
-    "no_key_norm": "without key RMSNorm",
-    "sigmoid": "sigmoid instead of softmax",
-    "input_query": "input-dependent query",
-    "scalar": "input-independent scalar mixing (no query/key)",
-}
-
 
 def describe_variant(curve: str) -> str:
-    """A one-line description of a variant name (``full+sigmoid`` -> "Full AttnRes, sigmoid instead of softmax")."""
-    v = curve_variant(curve)
-    n, base, tags = v.n_blocks, v.residual, v.name.split("+")[1:]
-    m = re.fullmatch(r"(m?hc)(\d+)", base)
-    if base == "baseline":
-        head = "PreNorm residual stream (baseline)"
-    elif base == "denseformer":
-        head = "DenseFormer (learned scalar weights over all earlier outputs)"
-    elif m:
-        head = (
-            "manifold-constrained Hyper-Connections (mHC)" if m.group(1) == "mhc" else "Hyper-Connections (HC)"
-        ) + f", {m.group(2)} streams"
-    elif base == "full":
-        head = "Full AttnRes"
-    elif base == "block":
-        head = "Block AttnRes" + (f", N = {n}" if n is not None else "")
-    else:
-        head = base
-    texts = []
-    for tag in tags:
-        if tag in _TAG_TEXT:
-            texts.append(_TAG_TEXT[tag])
-        elif tag.startswith("heads") and tag[5:].isdigit():
-            texts.append(f"{tag[5:]}-head depth attention")
-        elif tag.startswith("window") and tag[6:].isdigit():
-            texts.append(f"sliding window over the last {tag[6:]} outputs + embedding")
-        else:
-            texts.append(tag)
-    return ", ".join([head, *texts])
+    """A one-line description of a variant name (:attr:`Variant.description`: ``full+sigmoid`` -> "Full AttnRes,
+    sigmoid instead of softmax")."""
+    return Variant.of_curve(curve).description
 
 
 def _variant_order(sw: SweepFit) -> list[str]:
@@ -148,7 +114,7 @@ def size_table(
     if points.empty:
         raise MissingData("no finished runs")
     shapes = points.groupby("curve")[_SHAPE].apply(lambda g: len(g.drop_duplicates()))
-    curves = [c for c in curve_order(points["curve"].unique()) if is_main_variant(c) or shapes.get(c, 0) > 1]
+    curves = [c for c in curve_order(points["curve"].unique()) if Variant.of_curve(c).is_main or shapes.get(c, 0) > 1]
     names = {c: variant_label(c, n_blocks_of(points, c)) for c in curves}
     rows = []
     for (n_layer, d_model, tokens), g in points.groupby(_SHAPE, sort=True):
@@ -237,7 +203,7 @@ def has_ablations(
     runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     return bool(len(points)) and any(
         v.name not in ("baseline", "full", "block") or v.n_blocks is not None
-        for v in map(curve_variant, points["curve"])
+        for v in map(Variant.of_curve, points["curve"])
     )
 
 
@@ -270,7 +236,7 @@ def ablation_table(
     n_sub = 2 * int(key[0])
     for c in curve_order(g["curve"]):
         r = g[g["curve"] == c].iloc[0]
-        variant = curve_variant(c).name
+        variant = Variant.of_curve(c).name
         nb = None if pd.isna(r["n_blocks"]) else int(r["n_blocks"])
         s_value = (
             None
@@ -281,9 +247,7 @@ def ablation_table(
         rows.append(
             {
                 "variant": c,
-                "description": describe_variant(
-                    Variant("block", nb).curve() if (c == "block" and nb is not None) else c
-                ),
+                "description": Variant.of_curve(c, nb).description,
                 "N": nb if variant.split("+")[0] in ("full", "block") else None,
                 "S": s_value,
                 "params (non-embedding)": float(r["params"]),

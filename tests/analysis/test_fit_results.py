@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import AnalysisError, ChinchillaLaw, PowerLaw, fit_results, format_report, load_results
 from analysis.laws import PFLOP_S_DAY
+from attnres.variants import Variant
 from tests.synthetic_results import write_synthetic_results
 
 TRUTH = {"baseline": 1.0, "full": 1.27, "block": 1.25}
@@ -46,6 +49,40 @@ def test_noise_free_tree_recovers_every_multiplier(tmp_path, form):
         ratio = {"full": 0.85 * 1.02, "block": 0.95 * 1.01}[m.variant]
         assert math.isclose(m.throughput_ratio, ratio, rel_tol=1e-9)
         assert math.isclose(m.wall_clock.value, truth * ratio, rel_tol=1e-6)
+
+
+def test_the_curves_of_a_block_size_sweep_carry_their_variant_and_fit_json_keeps_the_names(tmp_path):
+    write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.25}, n_blocks=4, tables=False)
+    results = load_results(tmp_path, tables=())
+    runs = results.runs
+    more = runs[runs["variant"] == "block"].assign(
+        run_id=lambda r: r["run_id"] + "-n8", n_blocks=8, val_loss=lambda r: r["val_loss"] * 0.99
+    )
+    sweep = fit_results(dataclasses.replace(results, runs=pd.concat([runs, more])), n_boot=0).sweeps[0]
+    carried = {c.curve: c.curve_variant for c in sweep.curves}
+    assert carried == {
+        "baseline": Variant("baseline"),
+        "block-N4": Variant("block", 4),
+        "block-N8": Variant("block", 8),
+    }
+    assert {m.variant: m.curve_variant.title for m in sweep.multipliers} == {
+        "block-N4": "Block AttnRes (N=4)",
+        "block-N8": "Block AttnRes (N=8)",
+    }
+    written = sweep.to_dict()
+    assert [(c["curve"], c["variant"]) for c in written["curves"]] == [
+        ("baseline", "baseline"),
+        ("block-N4", "block"),
+        ("block-N8", "block"),
+    ]
+    assert [m["variant"] for m in written["multipliers"]] == ["block-N4", "block-N8"]
+
+
+def test_a_block_curve_of_one_n_carries_that_n(clean_tree):
+    sweep = fit_results(clean_tree, n_boot=0).sweeps[0]
+    assert sweep.curve("block").curve_variant == Variant("block", 4)
+    assert sweep.multiplier("block").curve_variant.title == "Block AttnRes (N=4)"
+    assert sweep.curve("full").curve_variant == Variant("full") and sweep.curve_variants["full"] == Variant("full")
 
 
 def test_noisy_tree_with_seeds_covers_the_truth_and_counts_runs(tmp_path):

@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 
 import analysis  # noqa: E402
 import reports  # noqa: E402
+from attnres.variants import curve_order  # noqa: E402
 from reports import style  # noqa: E402
 from reports.data import MissingData  # noqa: E402
 from tests.synthetic_results import write_synthetic_results  # noqa: E402
@@ -446,7 +447,7 @@ def test_variant_colors_are_fixed_by_name():
     shades = [style.variant_color(f"block-N{n}") for n in (1, 2, 4, 8, 16)]
     assert len(set(shades)) == 5
     assert style.variant_color("some+new_variant") == style.variant_color("some+new_variant")
-    assert style.curve_order(["block-N8", "full+sigmoid", "block", "baseline", "full", "mhc4", "block-N2"]) == [
+    assert curve_order(["block-N8", "full+sigmoid", "block", "baseline", "full", "mhc4", "block-N2"]) == [
         "baseline",
         "mhc4",
         "full",
