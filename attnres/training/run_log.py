@@ -208,38 +208,28 @@ class RunLogger(L.Callback):
         step = trainer.global_step
         loss = pl_module.val_loss
         self.last.update(val_loss=loss, val_bpb=self.bpb(loss, "val"))
-        self.metrics.append(
-            {
-                **self._at(step),
-                "split": "val",
-                "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
-                "loss": loss,
-                "bpb": self.bpb(loss, "val"),
-                "lr": None,
-                "grad_norm": None,
-                "tokens_per_s": None,
-                "wall_s": self.wall_s,
-            }
-        )
+        self.metrics.append(self._eval_row(step, "val", loss))
         for name, set_loss in pl_module.eval_losses.items():  # data.eval_sets: a row per set, its name as the split
             self.last["eval_sets"][name] = {"loss": set_loss, "bpb": self.bpb(set_loss, name)}
-            self.metrics.append(
-                {
-                    **self._at(step),
-                    "split": name,
-                    "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
-                    "loss": set_loss,
-                    "bpb": self.bpb(set_loss, name),
-                    "lr": None,
-                    "grad_norm": None,
-                    "tokens_per_s": None,
-                    "wall_s": self.wall_s,
-                }
-            )
+            self.metrics.append(self._eval_row(step, name, set_loss))
         rec = pl_module.diagnose()  # on every rank: under FSDP its forward is a collective
         if trainer.is_global_zero:
             self._diagnostics(step, pl_module, rec)
             self.flush(trainer, status="running")
+
+    def _eval_row(self, step: int, split: str, loss: float) -> dict[str, Any]:
+        """The metrics.parquet row of an evaluation: the run's own split or an extra evaluation set."""
+        return {
+            **self._at(step),
+            "split": split,
+            "flops": step * self.run_row.budget.batch_tokens * self.run_row.budget.flops_per_token,
+            "loss": loss,
+            "bpb": self.bpb(loss, split),
+            "lr": None,
+            "grad_norm": None,
+            "tokens_per_s": None,
+            "wall_s": self.wall_s,
+        }
 
     def _diagnostics(self, step: int, pl_module, rec) -> None:
         grads = pl_module.param_grad_norms
