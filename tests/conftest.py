@@ -12,6 +12,10 @@ needs_cxx = pytest.mark.skipif(
     not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")),
     reason="torch.compile on CPU needs a C++ compiler (g++ or clang++, or $CXX)",
 )
+# Tests that torch.compile the fused depth kernels (or a whole model) for the CPU: Inductor spends about 40 s a session
+# compiling what CPU training never runs (runtime.compile is for GPUs; CPU training uses the native kernels, tested in
+# the default tier), so they run in the integration tier, which CI runs too.
+compiles_for_cpu = (needs_cxx, pytest.mark.integration)
 
 
 def pytest_configure(config: pytest.Config) -> None:

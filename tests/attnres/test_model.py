@@ -20,7 +20,7 @@ from attnres.config import ConfigError
 from attnres.costs import count_flops, count_params, depth_sources
 from attnres.kernels import cpu as cpu_kernels
 from attnres.kernels import fused as fused_kernels
-from tests.conftest import needs_cxx
+from tests.conftest import compiles_for_cpu, needs_cxx
 
 VARIANTS = [("baseline", 1), ("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)]
 
@@ -226,7 +226,7 @@ def native_calls(monkeypatch) -> set[str]:
 # C++ kernels of attnres.kernels.cpu (what CPU training uses), or through the torch.compile'd kernels of
 # attnres.kernels.fused (what runtime.compile uses on GPU; compiled for CPU here).
 PATHS = pytest.mark.parametrize(
-    "path", ["eager", pytest.param("native", marks=needs_cxx), pytest.param("fused", marks=needs_cxx)]
+    "path", ["eager", pytest.param("native", marks=needs_cxx), pytest.param("fused", marks=compiles_for_cpu)]
 )
 
 
@@ -264,7 +264,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=compiles_for_cpu)], ids=["eager", "fused"])
 def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_calls):
     torch.manual_seed(0)
     cfg = small("block", 3)
@@ -316,7 +316,7 @@ def test_the_first_block_reads_the_embedding_itself(residual, n_blocks):
     torch.testing.assert_close(inputs[0], embedded[0], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_cxx)], ids=["eager", "fused"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=compiles_for_cpu)], ids=["eager", "fused"])
 def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
     torch.manual_seed(0)
     cfg = small("block", 3)
