@@ -98,9 +98,13 @@ class CpuShare:
         return max(1, self.free // max(1, workers))
 
     def workers_for(self, runs: int, most: int = 4) -> int:
-        """Worker processes for ``runs`` small runs: one per free core (at least one, at most ``most``); tiny models
-        gain more from running side by side than from more threads each."""
-        return max(1, min(self.free, runs, most))
+        """Worker processes for ``runs`` small runs: one per core, busy or not (at most ``most``); tiny models gain
+        more from running side by side than from more threads each. On a busy machine each gets one thread
+        (:meth:`threads`), and a one-thread worker that waits for a core only waits (it is a multi-threaded worker's
+        OpenMP threads that spin), so the workers take the share of the cores the scheduler gives each process, where
+        fewer would take less (the demo beside one CPU-bound process: 1.6x its quiet time with one worker, ... with
+        two, docs/performance.md)."""
+        return max(1, min(self.cores, runs, most))
 
     def note(self, workers: int, threads: int) -> str | None:
         """One line when the machine is busy: what this pass will use, and that it is slower (None when idle)."""

@@ -4,7 +4,8 @@ The bar counts optimizer steps over every run this pass trains (so its ETA moves
 runs in training with their steps; workers report their step about once a second through their pipe.
 
 Each worker is a separate process (multiprocessing, spawn) that imports torch once and trains the runs the
-launcher hands it, with ``runtime.threads = cores // workers`` so the workers do not oversubscribe the CPU.
+launcher hands it, the largest first, with ``runtime.threads`` = the free cores // workers (at least one) so the workers
+do not oversubscribe the CPU (:class:`attnres.runtime.CpuShare`).
 A run's output goes to ``RUN_DIR/train.log``. Workers die with the launcher (``PR_SET_PDEATHSIG``), so
 killing the launcher never leaves an orphan training in the background; the killed run resumes from its
 last checkpoint on the next ``sweep run``.
@@ -32,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from attnres.config import ConfigError, RunConfig, RuntimeConfig, from_dict, to_dict
+from attnres.costs import run_budget
 from attnres.runtime import CpuShare, cpu_cores, one_line_warnings
 from attnres.storage.writable import folder_problem
 from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
@@ -227,6 +229,9 @@ def run_local(
             pending.append(i)
             start_steps[i] = (row or {}).get("step") or 0
     skipped = len(outcomes)
+    # the largest runs first (longest-processing-time order): the small ones fill the gaps at the end, where in grid
+    # order (smallest first) one worker would train the last large run alone while the others idle
+    pending = deque(sorted(pending, key=lambda i: -run_budget(runs[i]).flops))
     if pending and (why := folder_problem(results / sweep)):  # before the workers, not once per run in their logs
         raise ConfigError(f"cannot write the results folder {results / sweep}: {why}; pick another --results")
     if pending and not chosen and (note := share.note(min(workers, len(pending)), threads)):
@@ -271,8 +276,6 @@ class _Launcher:
     """The worker pool of one ``run_local`` pass: hands out runs, collects outcomes, replaces dead workers."""
 
     def __init__(self, runs, dirs, outcomes, pending, start_steps, log, poll_s) -> None:
-        from attnres.costs import run_budget
-
         self.runs, self.dirs, self.outcomes, self.pending = runs, dirs, outcomes, pending
         self.bar, self.log, self.poll_s = None, log, poll_s
         self.max_steps = {i: run_budget(runs[i]).steps for i in pending}

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        help="parallel training processes (default: one per free core, at most 4; 1 on a busy machine)",
+        help="parallel training processes (default: one per core, at most 4, with one thread each on a busy machine)",
     )
     parser.add_argument("--threads", type=int, help="torch threads per worker (default: the free cores // workers)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

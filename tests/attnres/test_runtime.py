@@ -36,14 +36,16 @@ def test_bf16_on_a_gpu_without_it_is_one_clear_error():
 
 
 @pytest.fixture
-def eager_fallback(monkeypatch):
-    """allow_eager_fallback for one test: torch's global setting and the log filter are undone after it."""
-    monkeypatch.setattr(torch._dynamo.config, "suppress_errors", False)
+def eager_fallback():
+    """allow_eager_fallback for one test: torch's global setting and the log filter are undone after it. Through
+    torch's own config.patch: pytest's monkeypatch restores a module attribute from the module's __dict__, where
+    torch's config module keeps nothing, so its undo deleted the setting and every later torch.compile failed."""
     logger = logging.getLogger(_COMPILE_LOGGER)
     before = list(logger.filters)
-    torch._dynamo.reset()
-    allow_eager_fallback()
-    yield
+    with torch._dynamo.config.patch(suppress_errors=False):
+        torch._dynamo.reset()
+        allow_eager_fallback()
+        yield
     logger.filters[:] = before
     torch._dynamo.reset()
 

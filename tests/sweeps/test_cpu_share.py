@@ -21,7 +21,11 @@ def test_threads_share_out_the_free_cores():
     assert "--threads" in note
     big = CpuShare(cores=16, load=4.2)
     assert big.free == 12 and big.threads(4) == 3 and big.workers_for(100) == 4 and big.workers_for(2) == 2
-    assert CpuShare(cores=2, load=9.0).workers_for(10) == 1 and CpuShare(cores=2, load=0.0).workers_for(10) == 2
+    # one one-thread worker per core however busy: a waiting one-thread worker only waits, and fewer workers would
+    # get a smaller share of the machine
+    busiest = CpuShare(cores=2, load=9.0)
+    assert busiest.workers_for(10) == 2 and busiest.threads(2) == 1 and CpuShare(cores=2, load=0.0).workers_for(10) == 2
+    assert CpuShare(cores=2, load=9.0).workers_for(1) == 1
 
 
 def spin() -> None:

@@ -266,6 +266,21 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     assert "holds a different run" in failed.error
 
 
+def test_the_largest_runs_are_handed_out_first(tmp_path):
+    """Longest-processing-time order: in grid order (smallest first) the last large run would train alone at the
+    end while the other workers idle (the demo's largest size is 3/4 of its compute)."""
+    from attnres.costs import run_budget
+
+    grid = load_grid({**GRID, "budgets": [{"tokens": [6000, 12000, 3000]}], "variants": ["baseline"]})
+    runs = expand(grid)
+    said = []
+    summary = run_grid(grid, tmp_path, workers=1, threads=1, progress=False, log=said.append)
+    assert summary.ok
+    finished = [line.split()[1].rstrip(":") for line in said if line.startswith("[")]  # one worker: started order
+    largest_first = [r.run_id for r in sorted(runs, key=lambda r: -run_budget(r).flops)]
+    assert finished == largest_first and largest_first != [r.run_id for r in runs]
+
+
 def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file, tmp_path, capsys, monkeypatch):
     """The bar moves during a run (steps, not runs: it sat at 9/12 for the whole of a 15-minute run) and says
     which runs train at which step."""
