@@ -8,7 +8,7 @@ three times into fresh folders:
 
 1. quiet: nothing else running, workers and threads as the demo picks them (:class:`attnres.runtime.CpuShare`);
 2. busy, chosen: beside ``--hogs`` CPU-bound processes (default one per core), workers and threads as the demo picks
-   them on the busy machine (the free cores: one thread a worker);
+   them on the busy machine (one one-thread worker per core);
 3. busy, as before: the same hogs, with the old rule, ``threads = cores // workers`` whatever else runs.
 
 and prints the wall time of each and the ratios busy / quiet. Run it on a quiet machine (the quiet pass is the

@@ -2,7 +2,7 @@
 
 It trains the grid ``sweeps/demo.yaml`` locally (finished runs are reused, interrupted ones resume), fits the
 scaling laws and the effective compute multiplier, writes the report, and ends with where everything is and
-the headline multiplier of each variant with its interval. Under 10 minutes on 2 CPU cores.
+the headline multiplier of each variant with its interval. About 4 minutes on 2 quiet CPU cores.
 """
 
 from __future__ import annotations
