@@ -38,8 +38,11 @@ import pandas as pd
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
 
-MIN_RATES = 3  # distinct rates a cell needs for a vertex the data can place
+SHAPES = ("local", "split")  # lr="envelope" / lr="split" (analysis.points.LR_RULES)
+MIN_RATES = 3  # distinct rates a cell needs for a vertex the data can place (the local parabola)
+SPLIT_MIN_RATES = 4  # the split parabola: one more, for its second curvature
 LOCAL_RATES = 3  # the parabola is fitted to this many rates around the best measured one
+SPLIT_VERTICES = 41  # the split parabola's vertex: first the best of this many evenly over the swept ln rates
 ENVELOPE_DELTA = 5e-3  # Huber delta on log-loss residuals: deviations beyond 0.5 % count linearly (one bad run)
 CELL_KEYS = ("sweep", "curve", "n_layer", "d_model", "tokens")
 
@@ -66,6 +69,11 @@ class EnvelopeCell:
     best_lr: float  # the minimum's rate, within the swept range
     edge: str  # "" inside; "low" / "high": the vertex lies beyond that end of the swept rates (or no curvature)
     run_ids: tuple[str, ...]
+    # the split parabola (lr="split"): levels are the seeds' log losses at the vertex t = vertex, curvature the
+    # curvature below it, curvature_high above it, slope 0
+    shape: str = "local"
+    curvature_high: float = math.nan
+    vertex: float = math.nan
 
     @property
     def key(self) -> tuple[str, str, int, int, float]:
@@ -81,10 +89,18 @@ class EnvelopeCell:
         inside = min(max(lr, low), high)
         return inside, not math.isclose(inside, lr, rel_tol=1e-12)
 
+    def _log_curve(self, t: np.ndarray) -> np.ndarray:
+        """Each seed's fitted log loss (rows) at each ``t`` = ln rate - centre (columns)."""
+        levels = np.asarray(self.levels)[:, None]
+        if self.shape == "split":
+            d = t - self.vertex
+            return levels + np.where(d < 0, self.curvature, self.curvature_high) * d * d
+        return levels + self.slope * t + self.curvature * t * t
+
     def seed_log_losses(self, lr: float | None = None) -> np.ndarray:
         """Each seed's fitted log loss at ``lr`` (default: the best rate), ``lr`` restricted to the swept range."""
         t = math.log(self.clip(self.best_lr if lr is None else lr)[0]) - self.centre
-        return np.asarray(self.levels) + self.slope * t + self.curvature * t * t
+        return self._log_curve(np.array([t]))[:, 0]
 
     def seed_losses(self, lr: float | None = None) -> np.ndarray:
         return np.exp(self.seed_log_losses(lr))
@@ -97,9 +113,7 @@ class EnvelopeCell:
     def curve_at(self, lrs: np.ndarray) -> np.ndarray:
         """The fitted loss (mean over seeds) at each rate of ``lrs`` (no restriction: for figures; it holds over
         :attr:`fitted` only)."""
-        t = np.log(np.asarray(lrs, dtype=float)) - self.centre
-        logs = np.asarray(self.levels)[:, None] + self.slope * t + self.curvature * t * t
-        return np.exp(logs).mean(axis=0)
+        return np.exp(self._log_curve(np.log(np.asarray(lrs, dtype=float)) - self.centre)).mean(axis=0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +129,8 @@ class EnvelopeCell:
             "edge": self.edge,
             "fitted": [json_number(r) for r in self.fitted],
             "curvature": json_number(self.curvature),
+            # the split parabola's other side (absent for the local parabola: fit.json files before it stay the same)
+            **({"curvature_high": json_number(self.curvature_high)} if self.shape == "split" else {}),
         }
 
 
@@ -150,27 +166,34 @@ def has_rate_sweeps(runs: pd.DataFrame) -> bool:
     return not runs.empty and bool((rates_per_cell(runs) >= 2).any())
 
 
-def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA) -> Envelopes:
+def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA, shape: str = "local") -> Envelopes:
     """The envelope of every cell of ``runs``: finished runs with a ``curve`` column (:func:`analysis.select
-    .finished_runs` and ``curve_labels``). A cell with fewer than :data:`MIN_RATES` rates is a
-    :class:`FitInputError` naming it and the fix, before anything is fitted."""
+    .finished_runs` and ``curve_labels``). ``shape``: "local", the parabola over the rates around each cell's best
+    (``--lr envelope``), or "split", a parabola with its own curvature each side of its vertex over every rate of the
+    cell (``--lr split``). A cell with fewer rates than the shape needs (:data:`MIN_RATES`,
+    :data:`SPLIT_MIN_RATES`) is a :class:`FitInputError` naming it and the fix, before anything is fitted."""
     if runs.empty:
         return Envelopes(())
+    need = SPLIT_MIN_RATES if shape == "split" else MIN_RATES
     counts = rates_per_cell(runs)
-    few = counts[counts < MIN_RATES]
+    few = counts[counts < need]
     if not few.empty:
         sweep, curve, n_layer, d_model, tokens = few.index[0]
+        rule, fallback = (
+            ("split", "--lr envelope (3 rates) or --lr best") if shape == "split" else ("envelope", "--lr best")
+        )
         raise FitInputError(
-            f"--lr envelope: {sweep}/{curve} at L{n_layer}-d{d_model}, {tokens:,.0f} tokens, was trained at "
-            f"{int(few.iloc[0])} learning rate(s) ({len(few)} such cell(s)); an envelope needs at least {MIN_RATES} "
-            "per cell: give the grid an lr: list (or {centre, factor, count}), or fit with --lr best"
+            f"--lr {rule}: {sweep}/{curve} at L{n_layer}-d{d_model}, {tokens:,.0f} tokens, was trained at "
+            f"{int(few.iloc[0])} learning rate(s) ({len(few)} such cell(s)); this envelope needs at least {need} "
+            "per cell: give the grid an lr: list (or {centre, factor, count}), or fit with " + fallback
         )
     runs = runs.assign(
         seed=pd.to_numeric(runs["seed"], errors="coerce").fillna(-1).astype(int),
         y=np.log(pd.to_numeric(runs["val_loss"]).astype(float)),
         x=np.log(runs["lr"].astype(float)),
     )
-    return Envelopes(tuple(_fit_cell(g, delta) for _, g in runs.groupby(list(CELL_KEYS), sort=True)))
+    fit = _fit_split if shape == "split" else _fit_cell
+    return Envelopes(tuple(fit(g, delta) for _, g in runs.groupby(list(CELL_KEYS), sort=True)))
 
 
 def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
@@ -207,6 +230,16 @@ def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
     best = {"low": fitted[0], "high": fitted[-1]}.get(edge, math.exp(centre + t_star))
     if edge and best != swept[0 if edge == "low" else -1]:
         edge = ""  # the end of the window inside the swept rates: the minimum lies in the grid, near that rate
+    return _described(
+        cell, seeds, fitted=fitted, levels=levels, slope=b, curvature=c, centre=centre, best_lr=best, edge=edge
+    )
+
+
+def _described(
+    cell: pd.DataFrame, seeds: tuple[int, ...], *, fitted: np.ndarray, best_lr: float, **fit
+) -> EnvelopeCell:
+    """An :class:`EnvelopeCell` of ``cell``'s runs (what they are and measured) and of what was fitted (``fit``)."""
+    swept = np.sort(cell["lr"].unique())
     by_rate = cell.groupby("lr")["val_loss"].mean()
     first = cell.iloc[0]
     return EnvelopeCell(
@@ -221,13 +254,79 @@ def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
         rate_loss=tuple(float(by_rate[r]) for r in swept),
         seeds=seeds,
         fitted=tuple(float(r) for r in fitted),
-        levels=levels,
-        slope=b,
-        curvature=c,
-        centre=centre,
-        best_lr=float(best),
-        edge=edge,
+        best_lr=float(best_lr),
         run_ids=tuple(cell["run_id"].astype(str)),
+        **fit,
+    )
+
+
+def _fit_split(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
+    """One cell's split parabola over every rate swept: ln L = a_s + c_low (t - v)^2 below the vertex v and
+    c_high (t - v)^2 above it, both curvatures >= 0, v within the swept range.
+
+    For a given v the model is linear in (c_low, c_high, a_s), so v is found first by least squares over a grid of
+    :data:`SPLIT_VERTICES` vertices and refined between the grid's neighbours of the best; then all of it is refitted
+    with the Huber loss (``delta``) from there, so that one bad run moves it little. A vertex at an end of the swept
+    rates is an edge, as for the local parabola."""
+    from scipy.optimize import least_squares, lsq_linear, minimize_scalar
+
+    cell = cell.sort_values(["lr", "seed", "run_id"])
+    seeds = tuple(int(s) for s in sorted(cell["seed"].unique()))
+    swept = np.sort(cell["lr"].unique())
+    centre = float(np.mean(np.log(swept)))
+    t = cell["x"].to_numpy(float) - centre
+    y = cell["y"].to_numpy(float)
+    levels = np.column_stack([(cell["seed"].to_numpy() == s).astype(float) for s in seeds])
+    lo, hi = math.log(swept[0]) - centre, math.log(swept[-1]) - centre
+    lower = np.r_[0.0, 0.0, np.full(len(seeds), -np.inf)]
+
+    def design(v: float) -> np.ndarray:
+        d = t - v
+        return np.column_stack([np.where(d < 0, d * d, 0.0), np.where(d >= 0, d * d, 0.0), levels])
+
+    def squares(v: float) -> float:
+        x = design(v)
+        return float(np.sum((x @ lsq_linear(x, y, bounds=(lower, np.inf), method="bvls").x - y) ** 2))
+
+    grid = np.linspace(lo, hi, SPLIT_VERTICES)
+    losses = [squares(v) for v in grid]
+    i = int(np.argmin(losses))
+    v = float(grid[i])
+    if 0 < i < len(grid) - 1:
+        refined = minimize_scalar(squares, bounds=(grid[i - 1], grid[i + 1]), method="bounded", options={"xatol": 1e-6})
+        if refined.fun <= losses[i]:
+            v = float(refined.x)
+    start = np.r_[lsq_linear(design(v), y, bounds=(lower, np.inf), method="bvls").x, v]
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        return design(theta[-1]) @ theta[:-1] - y
+
+    theta = least_squares(
+        residuals,
+        start,
+        bounds=(np.r_[lower, lo], np.r_[np.full(lower.size, np.inf), hi]),
+        loss="huber",
+        f_scale=delta,
+        method="trf",
+        xtol=1e-12,
+        ftol=1e-12,
+        gtol=1e-12,
+    ).x
+    v = float(theta[-1])
+    edge = "low" if v <= lo + 1e-9 else "high" if v >= hi - 1e-9 else ""
+    return _described(
+        cell,
+        seeds,
+        fitted=swept,
+        levels=tuple(float(a) for a in theta[2:-1]),
+        slope=0.0,
+        curvature=float(theta[0]),
+        centre=centre,
+        best_lr=math.exp(centre + v),
+        edge=edge,
+        shape="split",
+        curvature_high=float(theta[1]),
+        vertex=v,
     )
 
 

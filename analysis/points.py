@@ -4,7 +4,8 @@ its own best rate, or at the baseline's, as the paper tunes).
 
 Both protocols come from the same runs when a grid trained several rates per cell: the per-variant protocol reads
 each curve's own minimum, the paper's reads each curve at the baseline's best rate of the same cell (its grid run
-there with ``lr="best"``; its fitted curve there with ``lr="envelope"``). Pure pandas; never imports torch.
+there with ``lr="best"``; its fitted curve there with ``lr="envelope"`` or ``"split"``). Pure pandas; never imports
+torch.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 from analysis.envelope import Envelopes, best_rates, envelope_points, fit_envelopes
 from analysis.select import curve_labels, finished_runs, select_points
 
-LR_RULES = ("best", "envelope")
+LR_RULES = ("best", "envelope", "split")  # split: the envelope as a split parabola (analysis.envelope.SHAPES)
 PROTOCOLS = ("per-variant", "paper")
 
 
@@ -33,9 +34,9 @@ def choose_points(
 ) -> tuple[pd.DataFrame, Envelopes | None]:
     """The points of :func:`analysis.select.select_points` under ``lr`` and ``protocol``, and the envelopes behind
     them (None with ``lr="best"``)."""
-    if lr == "envelope":
+    if lr in ("envelope", "split"):
         finished = labelled(runs)
-        envelopes = fit_envelopes(finished)
+        envelopes = fit_envelopes(finished, shape="split" if lr == "split" else "local")
         rates = best_rates(envelopes, baseline) if protocol == "paper" else None
         return envelope_points(finished, envelopes, method=select, rates=rates), envelopes
     if protocol == "paper":

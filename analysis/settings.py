@@ -91,8 +91,10 @@ class FitSettings:
     )
     lr: str = option(
         "best",
-        "each cell's learning rate where a grid trained several: the best rate trained (default), or envelope: the "
-        "minimum of a parabola fitted to log loss against ln(rate) around the best rates (docs/analysis.md)",
+        "each cell's learning rate where a grid trained several: the best rate trained (default); envelope: the "
+        "minimum of a parabola fitted to log loss against ln(rate) over the 3 rates around the best; split: the "
+        "minimum of a parabola with its own curvature each side, over every rate (4 or more a cell; "
+        "docs/analysis.md)",
         choices=LR_RULES,
     )
     protocol: str = option(

@@ -351,7 +351,10 @@ def _rate_lines(s: FitSettings) -> list[str]:
     variant its own)."""
     if s.lr == "best" and s.protocol == "per-variant":
         return []
-    rule = "the learning-rate envelope's minimum" if s.lr == "envelope" else "the best rate trained"
+    rule = {
+        "envelope": "the learning-rate envelope's minimum",
+        "split": "the learning-rate envelope's minimum (split parabola)",
+    }.get(s.lr, "the best rate trained")
     whose = "each variant's own"
     if s.protocol == "paper":
         whose = "the baseline's, for every variant (the paper's protocol)"

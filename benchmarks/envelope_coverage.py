@@ -3,6 +3,7 @@
     python benchmarks/envelope_coverage.py                          # every scenario, 300 replicates, 1,000 resamples
     python benchmarks/envelope_coverage.py --reps 100 --n-boot 200 --scenario stalls
     python benchmarks/envelope_coverage.py --sizes 8.3e4 1.68e5 4 --seeds 1    # another design (studies/cpu_muon)
+    python benchmarks/envelope_coverage.py --lr split --reps 1000 --n-boot 200  # the split parabola's envelope
 
 Each replicate simulates one tokens-per-parameter slice of a study designed like studies/cpu_envelope: 5 sizes,
 the baseline and a variant each at 4 learning rates a factor 2 apart and 2 seeds, as a results table of runs (no
@@ -23,7 +24,10 @@ Scenarios:
 * lr-error: gauss, plus each size's best rates off the power law by a factor exp(N(0, 0.3)) (the committed tuning
   picked rates up to 4x apart at adjacent sizes), the same for both variants;
 * asymmetric: gauss, and the loss rises 2.5x faster above the best rate than below it (too high a rate costs more
-  than too low), so the parabola is the wrong shape;
+  than too low), so the parabola is the wrong shape: two half-parabolas, the shape ``--lr split`` fits;
+* smooth: gauss, on a smooth asymmetric curve that is neither shape fitted, k' (exp(g d) - 1 - g d) with g = 2 (a
+  step of a factor 2 above the best rate costs 2.5x what a step below does, as in asymmetric; far below the best
+  the loss rises linearly, far above exponentially);
 * worst: stalls, lr-error and asymmetric together.
 
 Estimators, for the headline M at the largest budget: the power-law fit with the bootstrap over budgets (the
@@ -72,6 +76,7 @@ class Scenario:
     stall_range: tuple[float, float] = (0.03, 0.10)  # how far a stalled run ends above (relative)
     lr_error: float = 0.0  # SD of ln(best rate) around its power law, per size
     asymmetry: float = 1.0  # curvature above the best rate over the curvature below it
+    smooth: float = 0.0  # g of the smooth asymmetric curve (0: the (half-)parabolas)
     seed_sd: float = 0.005  # a (size, seed)'s shift, shared by the variants (the same init and batches)
     run_sd: float = 0.003  # independent noise per run
 
@@ -83,15 +88,21 @@ SCENARIOS = {
         Scenario("stalls", stall_p=0.1),
         Scenario("lr-error", lr_error=0.3),
         Scenario("asymmetric", asymmetry=2.5),
+        Scenario("smooth", smooth=2.0),
         Scenario("worst", stall_p=0.1, lr_error=0.3, asymmetry=2.5),
     )
 }
 
 
-def _penalty(lr: float, best: float, asymmetry: float) -> float:
-    """k (ln lr - ln best)^2, with the side above the best rate ``asymmetry`` times steeper; normalised so that a
-    factor 2 either way costs on average what the symmetric curve does."""
+def _penalty(lr: float, best: float, asymmetry: float, smooth: float = 0.0) -> float:
+    """k (ln lr - ln best)^2, with the side above the best rate ``asymmetry`` times steeper; or, with ``smooth`` = g,
+    k' (exp(g d) - 1 - g d). Normalised so that a factor 2 either way costs on average what the symmetric curve
+    does."""
     d = math.log(lr / best)
+    if smooth:
+        step = math.log(2)
+        rise = lambda x: math.exp(smooth * x) - 1 - smooth * x  # noqa: E731
+        return CURVATURE * step * step * 2 / (rise(step) + rise(-step)) * rise(d)
     scale = 2 / (1 + asymmetry)
     return CURVATURE * scale * (asymmetry if d > 0 else 1.0) * d * d
 
@@ -102,6 +113,7 @@ class Design:
 
     sizes: tuple[float, ...] = tuple(SIZES)
     seeds: int = SEEDS
+    lr: str = "envelope"  # the fit's --lr: envelope (local parabola) or split
 
 
 def simulate(s: Scenario, rng: np.random.Generator, design: Design = Design()) -> pd.DataFrame:
@@ -120,7 +132,7 @@ def simulate(s: Scenario, rng: np.random.Generator, design: Design = Design()) -
             flops = FLOPS_PER_TOKEN_PER_PARAM * params * overhead * tokens
             for lr in RATES:
                 for seed in range(design.seeds):
-                    log_l = math.log(A * (m * flops) ** -ALPHA) + _penalty(lr, best, s.asymmetry)
+                    log_l = math.log(A * (m * flops) ** -ALPHA) + _penalty(lr, best, s.asymmetry, s.smooth)
                     log_l += shifts[seed] + s.run_sd * rng.standard_normal()
                     if s.stall_p and rng.random() < s.stall_p:
                         log_l += math.log1p(rng.uniform(*s.stall_range))
@@ -149,8 +161,10 @@ def simulate(s: Scenario, rng: np.random.Generator, design: Design = Design()) -
 
 def replicate(s: Scenario, rep: int, n_boot: int, design: Design = Design()) -> dict[str, tuple[bool, float, float]]:
     """One simulated slice: per estimator (covered, width high/low, estimate / truth)."""
-    rng = np.random.default_rng([rep, int(1e3 * s.stall_p), int(1e3 * s.lr_error), int(1e3 * s.asymmetry)])
-    settings = FitSettings(lr="envelope", n_boot=n_boot, seed=rep, chinchilla=False, stall_margin=0)
+    key = [rep, int(1e3 * s.stall_p), int(1e3 * s.lr_error), int(1e3 * s.asymmetry)]
+    key += [int(1e3 * s.smooth)] if s.smooth else []  # the earlier scenarios keep their draws
+    rng = np.random.default_rng(key)
+    settings = FitSettings(lr=design.lr, n_boot=n_boot, seed=rep, chinchilla=False, stall_margin=0)
     prepared = prepare_sweep(simulate(s, rng, design), "sim", settings)
     study, _, (m,) = fit_curves(prepared.data, settings)
     paired = paired_multiplier(study, "block", "baseline", settings.level)
@@ -183,13 +197,14 @@ def main() -> None:
         "--sizes", nargs=3, metavar=("SMALLEST", "LARGEST", "COUNT"), help="the ladder: COUNT sizes, geometric"
     )
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per run (default {SEEDS})")
+    parser.add_argument("--lr", choices=("envelope", "split"), default="envelope", help="the envelope fitted")
     args = parser.parse_args()
     sizes = tuple(SIZES) if not args.sizes else tuple(np.geomspace(*map(float, args.sizes[:2]), int(args.sizes[2])))
-    design = Design(sizes, args.seeds)
+    design = Design(sizes, args.seeds, args.lr)
     print(f"true M {TRUE_M}; {args.reps} replicates; {args.n_boot} bootstrap resamples; nominal 90% intervals")
     print(
         f"design: {len(sizes)} sizes {sizes[0]:.3g} to {sizes[-1]:.3g} parameters, {len(RATES)} rates, "
-        f"{design.seeds} seed(s)"
+        f"{design.seeds} seed(s); --lr {design.lr}"
     )
     print("scenario  estimator  coverage  width  est/true")
     for name in args.scenario or list(SCENARIOS):

@@ -17,6 +17,12 @@ from reports.style import compact_int
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import Estimate, FitSettings, Results
 
+# how the loss-rate figure's lines were fitted, per --lr envelope shape (analysis.envelope.SHAPES)
+ENVELOPE_SHAPES = {
+    "local": "a parabola in ln rate over the 3 rates around the best",
+    "split": "a parabola in ln rate with its own curvature each side of its minimum, over every rate",
+}
+
 CAPTIONS = {  # figure kind -> (title, caption); a caption's {fields} are filled per figure
     "scaling_curves": (
         "Scaling curves",
@@ -63,7 +69,7 @@ CAPTIONS = {  # figure kind -> (title, caption); a caption's {fields} are filled
     "lr_curves": (
         "Loss against learning rate",
         "Validation loss against the learning rate at each size: markers are each variant's mean over seeds at every "
-        "rate trained, lines the fitted envelope (a parabola in ln rate over the 3 rates around the best) "
+        "rate trained, lines the fitted envelope ({envelope_shape}) "
         "and stars its minimum, the loss the fits read; a hollow star sits at an end of the swept rates, so the "
         "minimum lies beyond the rates tried.",
     ),

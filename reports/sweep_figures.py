@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from attnres.variants import curve_order
 from reports import ablation, dynamics, heatmaps, learning_rates, scaling
+from reports.captions import ENVELOPE_SHAPES
 from reports.context import ReportContext
 from reports.records import Skipped
 from reports.section import Section, figure
@@ -79,7 +80,14 @@ def learning_rate_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
     if sw.envelope is None:
         return []
     return [
-        figure(ctx, "lr_curves", sw.sweep, lambda: learning_rates.plot_lr_curves(ctx.fit, sw.sweep), "lr_curves"),
+        figure(
+            ctx,
+            "lr_curves",
+            sw.sweep,
+            lambda: learning_rates.plot_lr_curves(ctx.fit, sw.sweep),
+            "lr_curves",
+            envelope_shape=ENVELOPE_SHAPES[sw.envelope.cells[0].shape if sw.envelope.cells else "local"],
+        ),
         figure(ctx, "best_lr", sw.sweep, lambda: learning_rates.plot_best_lr(ctx.fit, sw.sweep), "best_lr"),
     ]
 

@@ -197,3 +197,77 @@ def test_the_parabola_is_fitted_around_the_best_rate_so_a_steep_side_does_not_pu
     monkeypatch.setattr(analysis.envelope, "LOCAL_RATES", 4)
     (everything,) = fit_envelopes(pd.DataFrame(rows)).cells
     assert everything.loss < truth * 0.99
+
+
+# ---------------------------------------------------------------------------------- the split parabola (--lr split)
+
+
+def _split_cell_rows(best: float, rates: tuple[float, ...], below: float, above: float, bad: float = 0.0):
+    """One cell's runs on a curve with curvature ``below`` / ``above`` its best rate, two seeds 0.4 % apart; ``bad``:
+    the first run at the highest rate ends that much higher (one bad run)."""
+    import pandas as pd
+
+    rows = []
+    for lr in rates:
+        d = math.log(lr / best)
+        for seed, shift in ((0, 0.0), (1, 0.004)):
+            loss = 2.0 * math.exp((below if d < 0 else above) * d * d + shift)
+            if bad and seed == 0 and lr == rates[-1]:
+                loss *= 1 + bad
+            rows.append(
+                {"sweep": "s", "curve": "baseline", "variant": "baseline", "n_layer": 3, "d_model": 48,
+                 "tokens": 1e6, "params": 8e4, "lr": lr, "seed": seed, "val_loss": loss, "run_id": f"{lr}-{seed}"}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_split_parabola_recovers_both_curvatures_the_minimum_and_its_rate():
+    """The curve 6x steeper above its best rate than below, over five rates: the split parabola is its shape, so it
+    reads the minimum, the rate and both curvatures back; the local parabola over the 3 rates around the best is off
+    by what its wrong shape costs."""
+    rates = (2.5e-3, 5e-3, 1e-2, 2e-2, 4e-2)
+    rows = _split_cell_rows(6e-3, rates, 0.02, 0.12)
+    truth = (2.0 + 2.0 * math.exp(0.004)) / 2  # the mean of the two seeds' minima
+    (cell,) = fit_envelopes(rows, shape="split").cells
+    assert cell.shape == "split" and cell.edge == "" and cell.fitted == rates
+    assert cell.loss == pytest.approx(truth, rel=1e-7)
+    assert cell.best_lr == pytest.approx(6e-3, rel=1e-4)
+    assert (cell.curvature, cell.curvature_high) == (pytest.approx(0.02, rel=1e-4), pytest.approx(0.12, rel=1e-4))
+    assert cell.curve_at(np.array(rates)) == pytest.approx(np.array(cell.rate_loss), rel=1e-7)
+    assert cell.to_dict()["curvature_high"] == pytest.approx(0.12, rel=1e-4)
+    (local,) = fit_envelopes(rows).cells
+    assert "curvature_high" not in local.to_dict() and abs(local.loss / truth - 1) > 2e-5  # 4e-5 low
+
+
+def test_one_bad_run_moves_the_split_parabola_little():
+    rows = _split_cell_rows(6e-3, (2.5e-3, 5e-3, 1e-2, 2e-2), 0.02, 0.12, bad=0.05)
+    (cell,) = fit_envelopes(rows, shape="split").cells
+    assert cell.loss == pytest.approx((2.0 + 2.0 * math.exp(0.004)) / 2, rel=5e-4)
+
+
+def test_a_split_minimum_below_the_swept_rates_is_flagged_at_the_low_edge():
+    rates = (2.5e-3, 5e-3, 1e-2, 2e-2)
+    (cell,) = fit_envelopes(_split_cell_rows(1e-3, rates, 0.02, 0.12), shape="split").cells
+    assert cell.edge == "low" and cell.best_lr == pytest.approx(rates[0])
+
+
+def test_the_split_envelope_needs_four_rates_per_cell(tmp_path):
+    tree = write_synthetic_results(
+        tmp_path, multipliers={"baseline": 1.0, "block": 1.2}, lrs=(1e-3, 2e-3, 4e-3), tables=False
+    )
+    with pytest.raises(FitInputError, match=r"--lr split: synthetic/baseline at L\d+-d\d+.*3 learning rate\(s\).*at "
+                       r"least 4 per cell.*--lr envelope \(3 rates\) or --lr best"):  # fmt: skip
+        fit_results(tree.root, lr="split", n_boot=0)
+
+
+def test_the_split_envelope_recovers_m_and_the_papers_protocol_bias(swept):
+    """The symmetric curves of the fixture are a split parabola with equal sides: the same answers as the local one."""
+    report = fit_results(swept.root, lr="split", n_boot=200, chinchilla=False)
+    m = _block(report)
+    assert m.multiplier.contains(TRUE_M) and m.multiplier.value == pytest.approx(TRUE_M, rel=0.03)
+    assert m.paired.mean.contains(TRUE_M)
+    assert m.other_protocol.multiplier.value == pytest.approx(TRUE_M * _bias(BASE_LR, BASE_LR / 1.5), rel=0.03)
+    data = json.loads(report.to_json())
+    assert data["settings"]["lr"] == "split"
+    assert all(c["fitted"] == list(RATES) and "curvature_high" in c for c in data["sweeps"][0]["envelope"])
+    assert "learning rate per cell: the learning-rate envelope's minimum (split parabola)" in format_report(report)
