@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sweep = sub.add_parser(
         "sweep",
         help="plan, run (locally or on SLURM) and follow a grid of runs",
-        description="A grid file (sweeps/*.yaml) expands to sizes x budgets x variants x lr x seeds runs. "
+        description="A grid (a YAML file, or the name of a shipped one: sweeps/*.yaml, or a committed study's in "
+        "studies/<study>/) expands to sizes x budgets x variants x lr x seeds runs. "
         "`plan` shows them without training, `run` trains what is not finished yet (skipping done runs, resuming "
         "interrupted ones), `status` shows where every run stands. See docs/sweeps.md.",
     )
