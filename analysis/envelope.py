@@ -43,9 +43,6 @@ MIN_RATES = 3  # distinct rates a cell needs for a vertex the data can place (th
 SPLIT_MIN_RATES = 4  # the split parabola: one more, for its second curvature
 LOCAL_RATES = 3  # the parabola is fitted to this many rates around the best measured one
 SPLIT_VERTICES = 41  # the split parabola's vertex: first the best of this many evenly over the swept ln rates
-# the split parabola's curvatures differ by at most this factor: without a limit a run past a cliff (a rate where
-# training turns unstable, the loss 8 % up) is fitted by a wall of any steepness, and the vertex slides to the wall
-ASYMMETRY_LIMIT = 10.0
 ENVELOPE_DELTA = 5e-3  # Huber delta on log-loss residuals: deviations beyond 0.5 % count linearly (one bad run)
 CELL_KEYS = ("sweep", "curve", "n_layer", "d_model", "tokens")
 
@@ -265,8 +262,7 @@ def _described(
 
 def _fit_split(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
     """One cell's split parabola over every rate swept: ln L = a_s + c_low (t - v)^2 below the vertex v and
-    c_high (t - v)^2 above it, both curvatures >= 0 and within a factor :data:`ASYMMETRY_LIMIT` of each other, v
-    within the swept range.
+    c_high (t - v)^2 above it, both curvatures >= 0, v within the swept range.
 
     For a given v the model is linear in (c_low, c_high, a_s), so v is found first by least squares over a grid of
     :data:`SPLIT_VERTICES` vertices and refined between the grid's neighbours of the best; then all of it is refitted
@@ -285,11 +281,8 @@ def _fit_split(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
     lower = np.r_[0.0, 0.0, np.full(len(seeds), -np.inf)]
 
     def design(v: float) -> np.ndarray:
-        # (c_low, c_high) = u (1, R) + w (R, 1) with u, w >= 0: every pair whose ratio lies within [1/R, R], as bounds
         d = t - v
-        below, above = np.where(d < 0, d * d, 0.0), np.where(d >= 0, d * d, 0.0)
-        limit = ASYMMETRY_LIMIT
-        return np.column_stack([below + limit * above, limit * below + above, levels])
+        return np.column_stack([np.where(d < 0, d * d, 0.0), np.where(d >= 0, d * d, 0.0), levels])
 
     def squares(v: float) -> float:
         x = design(v)
@@ -327,12 +320,12 @@ def _fit_split(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
         fitted=swept,
         levels=tuple(float(a) for a in theta[2:-1]),
         slope=0.0,
-        curvature=float(theta[0] + ASYMMETRY_LIMIT * theta[1]),
+        curvature=float(theta[0]),
         centre=centre,
         best_lr=math.exp(centre + v),
         edge=edge,
         shape="split",
-        curvature_high=float(ASYMMETRY_LIMIT * theta[0] + theta[1]),
+        curvature_high=float(theta[1]),
         vertex=v,
     )
 

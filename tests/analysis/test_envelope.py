@@ -273,14 +273,12 @@ def test_the_split_envelope_recovers_m_and_the_papers_protocol_bias(swept):
     assert "learning rate per cell: the learning-rate envelope's minimum (split parabola)" in format_report(report)
 
 
-def test_a_run_past_a_cliff_does_not_pull_the_split_vertex_onto_the_wall(monkeypatch):
+def test_a_run_past_a_cliff_moves_the_split_vertex_but_not_the_loss_it_reads():
     """The committed cpu_muon_adamw L6-d48 Block cell at 16 tokens/param, in its means: the loss falls to 1e-2 and
-    jumps 8 % at 2e-2 (training turns unstable). Left free, the split parabola meets that run with a wall of any
-    steepness and slides its vertex to it (best rate 0.019); with the curvatures within a factor 10 of each other
-    the minimum stays where the runs are lowest."""
+    jumps 8 % at 2e-2 (training turns unstable). That one run sets the high side's curvature alone, so the split
+    parabola meets it with a steep wall and its vertex slides toward it (docs/analysis.md says to read such a rate
+    as "at most there"); the loss it reads stays with the lowest runs."""
     import pandas as pd
-
-    import analysis.envelope
 
     means = {2.5e-3: 1.553, 5e-3: 1.551, 1e-2: 1.530, 2e-2: 1.655}
     rows = pd.DataFrame(
@@ -292,9 +290,5 @@ def test_a_run_past_a_cliff_does_not_pull_the_split_vertex_onto_the_wall(monkeyp
         ]
     )  # fmt: skip
     (cell,) = fit_envelopes(rows, shape="split").cells
-    assert 6e-3 < cell.best_lr < 1.2e-2 and cell.edge == ""
-    assert cell.curvature_high == pytest.approx(10 * cell.curvature)  # at the limit
-    assert cell.loss == pytest.approx(1.530, abs=0.002)
-    monkeypatch.setattr(analysis.envelope, "ASYMMETRY_LIMIT", 1e4)
-    (free,) = fit_envelopes(rows, shape="split").cells
-    assert free.best_lr > 1.8e-2 and free.curvature_high > 1000 * free.curvature
+    assert 1e-2 < cell.best_lr < 2e-2 and cell.edge == "" and cell.curvature_high > 1000 * cell.curvature
+    assert cell.loss == pytest.approx(1.530, abs=0.003)
