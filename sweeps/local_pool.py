@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -229,9 +229,7 @@ def run_local(
             pending.append(i)
             start_steps[i] = (row or {}).get("step") or 0
     skipped = len(outcomes)
-    # the largest runs first (longest-processing-time order): the small ones fill the gaps at the end, where in grid
-    # order (smallest first) one worker would train the last large run alone while the others idle
-    pending = deque(sorted(pending, key=lambda i: -run_budget(runs[i]).flops))
+    pending = deque(largest_first(runs, pending))
     if pending and (why := folder_problem(results / sweep)):  # before the workers, not once per run in their logs
         raise ConfigError(f"cannot write the results folder {results / sweep}: {why}; pick another --results")
     if pending and not chosen and (note := share.note(min(workers, len(pending)), threads)):
@@ -250,6 +248,13 @@ def run_local(
                 cfg.run_id, str(run_dir), "running" if row else "queued", False, row.get("step", 0), row.get("val_loss")
             )
     return SweepSummary(sweep, str(results), tuple(outcomes[i] for i in range(len(runs))), skipped_done=skipped)
+
+
+def largest_first(runs: list[RunConfig], indices: Iterable[int]) -> list[int]:
+    """``indices`` of ``runs`` by training FLOPs, largest first (ties in grid order): the longest-processing-time
+    order, in which the small runs fill the gaps at the end, where in grid order (smallest first) one worker would
+    train the last large run alone while the others idle."""
+    return sorted(indices, key=lambda i: -run_budget(runs[i]).flops)
 
 
 def _trunks(runs: list[RunConfig]) -> dict[int, int]:

@@ -170,7 +170,7 @@ def straight_runs(tmp_path_factory):
     "sig, micro",
     [
         pytest.param(signal.SIGKILL, [], marks=pytest.mark.integration),
-        (signal.SIGINT, []),
+        pytest.param(signal.SIGINT, [], marks=pytest.mark.integration),  # kill and resume: the integration tier
         # about 20 s; the default suite's budget is 10 minutes (pytest -m slow runs it)
         pytest.param(signal.SIGKILL, ["train.micro_batch_size=4"], marks=pytest.mark.slow),
     ],

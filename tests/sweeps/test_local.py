@@ -266,19 +266,23 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     assert "holds a different run" in failed.error
 
 
-def test_the_largest_runs_are_handed_out_first(tmp_path):
+def test_the_largest_runs_are_handed_out_first():
     """Longest-processing-time order: in grid order (smallest first) the last large run would train alone at the
-    end while the other workers idle (the demo's largest size is 3/4 of its compute)."""
-    from attnres.costs import run_budget
+    end while the other workers idle (the demo's largest size is 3/4 of its compute). run_local queues its pending
+    runs in this order and the launcher hands out the first that waits for nothing."""
+    from collections import deque
 
-    grid = load_grid({**GRID, "budgets": [{"tokens": [6000, 12000, 3000]}], "variants": ["baseline"]})
+    from attnres.costs import run_budget
+    from sweeps.local_pool import _Launcher, largest_first
+
+    grid = load_grid({**GRID, "budgets": [{"tokens": [6000, 12000, 3000]}], "variants": ["baseline", "full"]})
     runs = expand(grid)
-    said = []
-    summary = run_grid(grid, tmp_path, workers=1, threads=1, progress=False, log=said.append)
-    assert summary.ok
-    finished = [line.split()[1].rstrip(":") for line in said if line.startswith("[")]  # one worker: started order
-    largest_first = [r.run_id for r in sorted(runs, key=lambda r: -run_budget(r).flops)]
-    assert finished == largest_first and largest_first != [r.run_id for r in runs]
+    order = largest_first(runs, range(len(runs)))
+    flops = [run_budget(runs[i]).flops for i in order]
+    assert flops == sorted(flops, reverse=True) and order != list(range(len(runs)))
+    launcher = _Launcher(runs, [None] * len(runs), {}, deque(order), {}, print, 0.1)
+    launcher.after = {}
+    assert [launcher.next_pending() for _ in runs] == order
 
 
 def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file, tmp_path, capsys, monkeypatch):
