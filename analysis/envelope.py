@@ -17,6 +17,10 @@ the rates fitted: a vertex beyond the end of the swept rates (or a curve that is
 and the cell is flagged (``edge``): its minimum lies outside the rates tried, its loss is an upper bound of it, and
 the grid needs rates past that edge.
 
+``--lr split`` fits each cell over every rate with a split parabola instead, ln L = a_s + c_low (t - v)^2 below
+its vertex v and c_high (t - v)^2 above it: the shape of a curve that rises faster on one side, whose intervals
+cover in the asymmetric scenarios where the symmetric parabola's do not (:func:`_fit_split`; docs/analysis.md).
+
 Each seed's loss at t* (its fitted log loss there, exponentiated) is what the fits read: the point is their mean
 (or median, or best), and the seeds stay paired across variants as single runs are. The paper's protocol reads a
 variant's curves at the baseline's best rate of the same cell instead (restricted to the variant's swept range, and
@@ -172,6 +176,8 @@ def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA, shape: s
     (``--lr envelope``), or "split", a parabola with its own curvature each side of its vertex over every rate of the
     cell (``--lr split``). A cell with fewer rates than the shape needs (:data:`MIN_RATES`,
     :data:`SPLIT_MIN_RATES`) is a :class:`FitInputError` naming it and the fix, before anything is fitted."""
+    if shape not in SHAPES:
+        raise ValueError(f"shape={shape!r}: use one of {', '.join(SHAPES)}")
     if runs.empty:
         return Envelopes(())
     need = SPLIT_MIN_RATES if shape == "split" else MIN_RATES
