@@ -28,8 +28,9 @@ if _has_avx512():
     os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
 
 # torch.compile on CPU builds C++ kernels; a laptop without a compiler skips those tests (CI has gcc).
+HAS_CXX = any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
 needs_cxx = pytest.mark.skipif(
-    not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")),
+    not HAS_CXX,
     reason="torch.compile on CPU needs a C++ compiler (g++ or clang++, or $CXX)",
 )
 # Tests that torch.compile the fused depth kernels (or a whole model) for the CPU: Inductor spends about 40 s a session
@@ -63,6 +64,28 @@ def token_cache(tmp_path_factory):
         os.environ.pop("ATTNRES_CACHE_DIR", None)
     else:
         os.environ["ATTNRES_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_kernels_build_beside_the_first_tests(token_cache):
+    """On a fresh machine the native kernels' first build (20-35 s of g++) would stall the first test that trains.
+    It starts in a second process when the session does, on the other core, while the first tests (the analysis
+    package's: no torch) run; a process that needs the kernels before it is done waits for the build's lock
+    (attnres.kernels.cpu.ops), and one that comes after loads the build."""
+    import subprocess
+    import sys
+
+    builder = None
+    if HAS_CXX and os.environ.get("ATTNRES_NATIVE", "1") != "0":
+        builder = subprocess.Popen(
+            [sys.executable, "-c", "from attnres.kernels import cpu; cpu.ops()"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    yield
+    if builder is not None and builder.poll() is None:
+        builder.terminate()
+        builder.wait(timeout=60)
 
 
 TINY = [
