@@ -71,12 +71,15 @@ def native_kernels_build_beside_the_first_tests(token_cache):
     """On a fresh machine the native kernels' first build (20-35 s of g++) would stall the first test that trains.
     It starts in a second process when the session does, on the other core, while the first tests (the analysis
     package's: no torch) run; a process that needs the kernels before it is done waits for the build's lock
-    (attnres.kernels.cpu.ops), and one that comes after loads the build."""
+    (attnres.kernels.cpu.ops), and one that comes after loads the build. Nothing starts where the build exists."""
     import subprocess
     import sys
 
+    from attnres.kernels import cpu as cpu_kernels
+
     builder = None
-    if HAS_CXX and os.environ.get("ATTNRES_NATIVE", "1") != "0":
+    built = (cpu_kernels.build_dir() / "attnres_depth_native.so").exists()  # then each process loads it, quickly
+    if HAS_CXX and cpu_kernels.enabled and not built:
         builder = subprocess.Popen(
             [sys.executable, "-c", "from attnres.kernels import cpu; cpu.ops()"],
             stdout=subprocess.DEVNULL,
