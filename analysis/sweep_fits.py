@@ -112,6 +112,7 @@ def _fit_sweep(
     steps 2-4), with each variant's paired per-size M, its headline without the ``stalls`` and under the other
     tuning protocol; every note on the way goes into the sweep's notes."""
     p, notes = prepared, prepared.notes
+    variants = curve_variants(p.points)
     if not p.data:
         notes.append("no curve could be fitted")
         return SweepFit(
@@ -127,10 +128,9 @@ def _fit_sweep(
             missing_seeds=p.missing_seeds,
             envelope=p.envelopes,
             stalls=stalls,
-            curve_variants=curve_variants(p.points),
+            curve_variants=variants,
         )
     fitted = [d.label for d in p.data]
-    variants = curve_variants(p.points)
     throughput = sweep_throughput(p.points, folders, notes)
     study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes, variants)
     flag_implausible(multipliers, notes)
