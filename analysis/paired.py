@@ -69,7 +69,7 @@ class PairedMultiplier:
         return {"mean": self.mean.to_dict(), "agrees": self.agrees, "sizes": [s.to_dict() for s in self.sizes]}
 
 
-def _budget_name(key: Any, compute: float) -> str:
+def budget_name(key: Any, compute: float) -> str:
     if isinstance(key, tuple) and len(key) == 3:
         return f"L{key[0]}-d{key[1]}"
     return f"C = {compute:.3g}"
@@ -103,7 +103,7 @@ def paired_multiplier(study: Study, label: str, base: str, level: float) -> Pair
         log_m = math.log(float(b.compute[j]) / float(v.compute[i])) + gap / slope
         sizes.append(
             SizeMultiplier(
-                _budget_name(key, float(v.compute[i])),
+                budget_name(key, float(v.compute[i])),
                 float(v.compute[i]),
                 float(b.compute[j]),
                 gap,

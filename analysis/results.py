@@ -15,8 +15,10 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.architecture import ArchitectureGrid
 from analysis.bootstrap import Estimate, json_number
 from analysis.checks import MissingSeeds
+from analysis.depth import DepthTrend
 from analysis.envelope import Envelopes
 from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit
 from analysis.frontier import FrontierMultiplier
@@ -278,9 +280,10 @@ class VariantMultiplier:
     paired: PairedMultiplier | None = None  # M per size from paired losses, t-interval over sizes (analysis.paired)
     without_stalls: Estimate | None = None  # the headline refitted without the flagged runs (analysis.stalls)
     other_protocol: OtherProtocol | None = None  # the headline under the other tuning protocol, from the same runs
+    depth: DepthTrend | None = None  # the paired gap's trend with depth on a fixed-width ladder (analysis.depth)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "variant": self.variant,
             "interval": self.interval,
             "reliable": self.reliable,
@@ -309,6 +312,9 @@ class VariantMultiplier:
             "n_boot_failed": self.n_boot_failed,
             "status": {"baseline": self.baseline_status, "variant": self.variant_status, "joint": self.joint_status},
         }
+        if self.depth is not None:  # only on a fixed-width depth ladder: every other fit.json stays as it was
+            out["depth_trend"] = self.depth.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -344,6 +350,7 @@ class SweepFit:
     stalls: tuple[Stall, ...] = ()  # runs flagged as stalled (analysis.stalls)
     protocol_cells: tuple[ProtocolCell, ...] = ()  # both protocols per (variant, size, budget), a grid that swept rates
     curve_variants: Mapping[str, Variant] = field(default_factory=dict, compare=False)  # of every curve in ``points``
+    architecture: ArchitectureGrid | None = None  # the cells of an architecture sweep (analysis.architecture)
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:
@@ -395,6 +402,8 @@ class SweepFit:
             out["protocol_cells"] = [c.to_dict() for c in self.protocol_cells]
         if self.frontier_multipliers:  # only where there are any: older fit.json files stay byte-identical
             out["frontier_multipliers"] = [m.to_dict() for m in self.frontier_multipliers]
+        if self.architecture is not None:
+            out["architecture"] = self.architecture.to_dict()
         return out
 
 

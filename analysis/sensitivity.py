@@ -29,6 +29,7 @@ import numpy as np
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
 from analysis.laws import OFFSET_POWER, POWER
+from analysis.paired import budget_name
 from analysis.settings import FitSettings
 from analysis.study import CurveData, run_study
 from analysis.study_stats import curves_log_multiplier, shared_log_multiplier
@@ -144,12 +145,6 @@ def point_multipliers(
     return out
 
 
-def _budget_name(key: Any, compute: float) -> str:
-    if isinstance(key, tuple) and len(key) == 3:
-        return f"L{key[0]}-d{key[1]}"
-    return f"C = {compute:.3g}"
-
-
 def without_budget(data: Sequence[CurveData], key: Any) -> list[CurveData]:
     """Every curve without its point at budget ``key`` (curves with too few points left are kept: the fit
     refuses them, and that row says so)."""
@@ -224,7 +219,7 @@ def sweep_sensitivity(
     for key, compute in sorted(zip(reference.budget_keys, reference.compute), key=lambda kc: kc[1]):
         add(
             "budgets",
-            f"without {_budget_name(key, compute)}",
+            f"without {budget_name(key, compute)}",
             lambda k=key: point_multipliers(without_budget(data, k), settings.form, settings.delta, base, wanted),
         )
     n_budgets = reference.n_budgets

@@ -32,8 +32,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.architecture import architecture_grid
 from analysis.bootstrap import Estimate, estimate
 from analysis.checks import check_budget_ranges, check_variant_names, did_you_mean, missing_seeds
+from analysis.depth import depth_trend
 from analysis.diagnostics import budget_gaps, choose_exponent, exponent_test, lack_of_fit, reliability
 from analysis.envelope import has_rate_sweeps
 from analysis.errors import AnalysisError, FitInputError
@@ -137,6 +139,10 @@ def _fit_sweep(
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other))
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     multipliers = [replace(m, paired=_paired(study, m.variant, m.multiplier, settings)) for m in multipliers]
+    multipliers = [
+        replace(m, depth=depth_trend(study, m.variant, m.paired, settings.level, interval=settings.n_boot > 0))
+        for m in multipliers
+    ]
     if stalls:
         flagged = {s.run_id for s in stalls}
         kept = p.runs[~p.runs["run_id"].astype(str).isin(flagged)]
@@ -539,7 +545,8 @@ def fit_results(
         belongs = tuple(path.path for path in unreadable if may_belong(path, name, results))
         stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
         fitted = _fit_sweep(p, settings, sweep_folders(results.root, part), stalls)
-        fits.append(replace(fitted, unreadable=belongs))
+        grid = architecture_grid(part, settings.baseline, settings.select)
+        fits.append(replace(fitted, unreadable=belongs, architecture=grid))
         last_slice = i + 1 == len(prepared) or prepared[i + 1][0] != name
         if last_slice and len(sliced[name]) > 1 and settings.chinchilla:  # then the whole sweep as one surface
             fits.append(replace(_surface_sweep(runs[runs["sweep"] == name], name, settings), unreadable=belongs))

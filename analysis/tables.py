@@ -18,8 +18,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from analysis.architecture import architecture_table
 from analysis.laws import OFFSET_POWER, POWER
-from analysis.robust_tables import envelope_table, paired_table, protocol_cell_table, protocol_table, stall_texts
+from analysis.robust_tables import (
+    depth_table,
+    envelope_table,
+    paired_table,
+    protocol_cell_table,
+    protocol_table,
+    stall_texts,
+)
 from analysis.table_format import (
     MISSING_SEEDS,
     NO_INTERVAL,
@@ -369,7 +377,7 @@ def _table_lines(table: FitTable) -> list[str]:
 def _robust_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
     """Beside the headline: the paired per-size M, the stalled runs and M without them, the other protocol."""
     out = []
-    for table in (paired_table(sw, settings), protocol_table(sw, settings)):
+    for table in (paired_table(sw, settings), depth_table(sw, settings), protocol_table(sw, settings)):
         if table.rows:
             out += _table_lines(table)
     stalls = stall_texts(sw)
@@ -414,6 +422,8 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
         if sensitivity.rows:
             out += _table_lines(sensitivity)
             out += [f"  {text.line}" for text in sensitivity_texts(sw)]
+    if sw.architecture is not None:
+        out += _table_lines(architecture_table(sw.architecture))
     if sw.envelope is not None:
         out += _table_lines(envelope_table(sw))
     if sw.protocol_cells:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from attnres.config import ConfigError, RunConfig, load_yaml
+from sweeps.architecture import check_compute, read_architecture
 from sweeps.expansion import expand_grid, expand_runs, read_tuned_values
 from sweeps.lookup import resolve_grid_path
 from sweeps.sections import (
@@ -117,6 +118,8 @@ def load_grid(
             tuned = read_tuned_values(grid, results)
     try:
         runs = expand_grid(grid, tuned)  # validate every run now, before anything is trained
+        if grid.architecture is not None:
+            check_compute(grid.architecture, runs)
     except ConfigError as err:
         raise named(err) from None
     if isinstance(grid.lr, str) and tuned is None:  # stand-in rates until `attnres tune` has run
@@ -150,7 +153,15 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
             "the ladder is empty: add ladder: {depths: [...], width_per_layer: W, head_dim: H} or ladder: {sizes: "
             "[...]}"
         )
-    sizes = read_ladder(data["ladder"], defaults.get("model") or {})
+    ladder = data["ladder"]
+    architecture = None
+    if isinstance(ladder, Mapping) and "architecture" in ladder:
+        if set(ladder) != {"architecture"}:
+            raise ConfigError("ladder: an architecture sweep's cells are its sizes: give ladder.architecture alone")
+        architecture = read_architecture(ladder["architecture"], defaults.get("model") or {})
+        sizes = architecture.cells
+    else:
+        sizes = read_ladder(ladder, defaults.get("model") or {})
     budgets = read_budgets(data.get("budgets"), "budgets")
     if not budgets and any(s.budgets is None for s in sizes):
         raise ConfigError(
@@ -179,4 +190,5 @@ def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) 
         overrides=overrides,
         branches=branches,
         reuse=reuse,
+        architecture=architecture,
     )

@@ -44,11 +44,14 @@ class Size:
     """Per-size budgets, replacing the grid's."""
     slurm: Mapping[str, Any] = field(default_factory=dict)
     """Per-size SLURM resources, over the grid's slurm: section."""
+    heads_in_name: bool = False
+    """The name carries n_head too (an architecture sweep's cells share a shape with other head counts)."""
 
     @property
     def name(self) -> str:
-        """The size's key (tuned values are stored under it): ``L<n_layer>-d<d_model>``."""
-        return f"L{self.n_layer}-d{self.d_model}"
+        """The size's key (tuned values are stored under it): ``L<n_layer>-d<d_model>`` (``-h<n_head>`` after it
+        in an architecture sweep)."""
+        return f"L{self.n_layer}-d{self.d_model}" + (f"-h{self.n_head}" if self.heads_in_name else "")
 
     @property
     def model(self) -> dict[str, int]:

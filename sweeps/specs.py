@@ -129,6 +129,7 @@ class Grid:
     overrides: tuple[str, ...] = ()
     branches: BranchSpec | None = None
     reuse: tuple[str, ...] = ()  # sweeps whose finished runs of equal run id are copied (sweeps/reuse.py)
+    architecture: Any = None  # ladder.architecture: (sweeps/architecture.py): its cells are the sizes
     runs: tuple[PlannedRun, ...] = field(default=(), repr=False, compare=False)
     """Every run of the grid as loaded. With ``lr: tuned*``: with the values of the tuned file ``tuned_from``, or,
     with none (no results folder given, or not tuned yet), stand-ins marked ``to_be_tuned``."""

@@ -80,8 +80,11 @@ class SyntheticResults:
     runs: pd.DataFrame = field(repr=False)
 
 
-def _shape(params: float) -> tuple[int, int, int]:
-    """(n_layer, d_model, n_head) of a model of about ``params`` non-embedding parameters (d_model ~ 64 n_layer)."""
+def _shape(params: float, width: int | None = None) -> tuple[int, int, int]:
+    """(n_layer, d_model, n_head) of a model of about ``params`` non-embedding parameters (d_model ~ 64 n_layer, or
+    d_model = ``width`` and only the depth following ``params``)."""
+    if width is not None:
+        return max(1, round(params / (12 * width * width))), width, width // 16
     n_layer = max(1, round((params / (12 * 64 * 64)) ** (1 / 3)))
     d_model = max(16, 16 * round(math.sqrt(params / (12 * n_layer)) / 16))
     return n_layer, d_model, d_model // 16
@@ -274,6 +277,8 @@ def write_synthetic_results(
     no_run_file: int = 0,
     tables: bool = True,
     rng_seed: int = 0,
+    width: int | None = None,
+    depth_slope: Mapping[str, float] | None = None,
 ) -> SyntheticResults:
     """Write ``root/<sweep>/<run_id>/`` run folders from a known law; returns the truth per folder.
 
@@ -308,6 +313,10 @@ def write_synthetic_results(
             another schema_version, or only a config.yaml.
         tables: write metrics / layers / depth_attn (False: run.parquet and config.yaml only, faster).
         rng_seed: seed of the noise and of the synthetic diagnostics.
+        width: every size at this d_model, only n_layer following the size (a fixed-width depth ladder; PowerLaw:
+            give budgets of 120 (12 width^2 n_layer)^2 FLOPs for n_layer exactly).
+        depth_slope: variant -> g, its multiplier growing as M exp(g (2 n_layer - 8)) with depth (in sublayers,
+            from 4 layers), so that its true paired gap changes by 100 alpha g per sublayer on a power law.
     """
     multipliers = dict(DEFAULT_MULTIPLIERS if multipliers is None else multipliers)
     if "baseline" not in multipliers:
@@ -333,6 +342,8 @@ def write_synthetic_results(
         lr_curvature=lr_curvature,
         seed_noise=seed_noise,
         stalled=frozenset(stalled),
+        width=width,
+        depth_slope=dict(depth_slope or {}),
     )
     writer.grid(budgets, sizes_per_budget, size_spread, lrs, seeds)
     writer.extras(max(budgets), lrs[0], unfinished, failed, nan_loss, broken, wrong_schema, no_run_file)
@@ -360,6 +371,8 @@ class _Writer:
     lr_curvature: float = 0.01 / math.log(2) ** 2
     seed_noise: float = 0.0
     stalled: frozenset[tuple[str, int]] = frozenset()
+    width: int | None = None
+    depth_slope: Mapping[str, float] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     seed_shift: dict[tuple[float, int], float] = field(default_factory=dict)
 
@@ -389,11 +402,14 @@ class _Writer:
     def true_loss(self, variant: str, params: float, tokens: int, flops: float, lr: float) -> float:
         """The noise-free loss of a run: the baseline's law at the variant's multiplied compute, penalised
         away from the middle learning rate."""
+        multiplier = self.multipliers[variant]
+        if variant in self.depth_slope:
+            multiplier *= math.exp(self.depth_slope[variant] * (2 * _shape(params, self.width)[0] - 8))
         if isinstance(self.law, ChinchillaLaw):
-            k = math.sqrt(self.multipliers[variant] * (1.0 + self.overhead.get(variant, 0.0)))
+            k = math.sqrt(multiplier * (1.0 + self.overhead.get(variant, 0.0)))
             truth = float(self.law.loss(k * params, k * tokens))
         else:
-            truth = float(self.law.loss(self.multipliers[variant] * flops))
+            truth = float(self.law.loss(multiplier * flops))
         best = self.best_lr.get(variant, self.lr_mid)
         return truth * math.exp(self.lr_curvature * math.log(lr / best) ** 2)
 
@@ -402,7 +418,7 @@ class _Writer:
     ) -> dict[str, Any]:
         """Write one run folder (config.yaml, run.parquet and, with ``tables``, its per-run tables); returns
         and records the truth behind it."""
-        n_layer, d_model, n_head = _shape(params)
+        n_layer, d_model, n_head = _shape(params, self.width)
         nb = _effective_blocks(variant, n_layer, self.n_blocks)
         max_steps = max(1, round(tokens_target / BATCH_TOKENS))
         tokens = max_steps * BATCH_TOKENS

@@ -1,0 +1,198 @@
+"""The cells of an architecture sweep (sweeps/architecture.py; the paper's Fig. 7): every curve's loss per (depth,
+heads) cell at one parameter count and one compute, the best cell of each, and each variant's loss against the
+baseline's cell by cell.
+
+A sweep is read as one when its finished runs hold at least two depths, some depth at two or more head counts, and
+parameters and training FLOPs that each stay within a factor :data:`SPREAD` (a scaling ladder moves both by more).
+A cell's loss is its seeds' mean (or median, or best: ``attnres fit --select``) at the rate whose seeds do best;
+the cells are keyed on (n_layer, d_model, n_head), so two head counts of one shape stay two cells. Rows are the head
+counts of a depth in increasing order (the grid's rows: ``heads`` or ``heads_per_layer``), named by their heads
+where every depth has the same, else by their median n_head / n_layer.
+
+Pure pandas; never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.bootstrap import json_number
+from analysis.select import aggregate_losses, curve_labels, finished_runs
+from analysis.table_format import Cell, FitTable
+
+SPREAD = 1.25  # a sweep whose parameters (and FLOPs) span less than this factor, with several shapes, is one
+KEYS = ["curve", "n_layer", "d_model", "n_head"]
+
+
+@dataclass(frozen=True)
+class ArchitectureCell:
+    """One curve's loss at one (depth, heads) cell, and its gap to the baseline's there."""
+
+    curve: str
+    n_layer: int
+    d_model: int
+    n_head: int
+    row: int
+    params: float
+    tokens: float
+    loss: float
+    n_runs: int
+    lr: float
+    gap_pct: float  # 100 (ln L_var - ln L_base) at this cell: < 0 where the variant's loss is lower (nan: baseline)
+
+    @property
+    def name(self) -> str:
+        return f"L{self.n_layer}-d{self.d_model}-h{self.n_head}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curve": self.curve,
+            "cell": self.name,
+            "n_layer": self.n_layer,
+            "d_model": self.d_model,
+            "n_head": self.n_head,
+            "row": self.row,
+            "params": json_number(self.params),
+            "tokens": json_number(self.tokens),
+            "loss": json_number(self.loss),
+            "n_runs": self.n_runs,
+            "lr": json_number(self.lr),
+            "gap_pct": json_number(self.gap_pct),
+        }
+
+
+@dataclass(frozen=True)
+class ArchitectureGrid:
+    """Every curve's cells, the rows' names, and each curve's best cell."""
+
+    cells: tuple[ArchitectureCell, ...]
+    row_names: tuple[str, ...]
+    baseline: str
+
+    @property
+    def curves(self) -> list[str]:
+        return list(dict.fromkeys(c.curve for c in self.cells))
+
+    def of(self, curve: str) -> list[ArchitectureCell]:
+        return [c for c in self.cells if c.curve == curve]
+
+    def best(self, curve: str) -> ArchitectureCell:
+        """The curve's cell of lowest loss."""
+        return min(self.of(curve), key=lambda c: c.loss)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "rows": list(self.row_names),
+            "best": {curve: self.best(curve).name for curve in self.curves},
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+
+def is_architecture_sweep(runs: pd.DataFrame) -> bool:
+    """Whether a sweep's finished runs form an architecture sweep (the module docstring's rule)."""
+    done = finished_runs(runs)
+    if done.empty or done["n_layer"].nunique() < 2:
+        return False
+    if done.groupby("n_layer")["n_head"].nunique().max() < 2:
+        return False
+    for column in ("params", "flops"):
+        values = pd.to_numeric(done[column], errors="coerce").dropna()
+        if values.empty or values.max() / values.min() > SPREAD:
+            return False
+    return True
+
+
+def architecture_grid(runs: pd.DataFrame, baseline: str, select: str = "mean") -> ArchitectureGrid | None:
+    """The cells of an architecture sweep's runs (None when they do not form one)."""
+    if not is_architecture_sweep(runs):
+        return None
+    done = finished_runs(runs)
+    done = done.assign(curve=curve_labels(done), val_loss=pd.to_numeric(done["val_loss"]))
+    heads = done[["n_layer", "n_head"]].drop_duplicates().sort_values(["n_layer", "n_head"])
+    heads["row"] = heads.groupby("n_layer").cumcount()
+    rows = dict(zip(zip(heads["n_layer"], heads["n_head"]), heads["row"]))
+    row_names = _row_names(heads)
+    found = []
+    for (curve, n_layer, d_model, n_head), g in done.groupby(KEYS, sort=True):
+        by_lr = g.groupby("lr")["val_loss"]
+        score = {"mean": by_lr.mean, "median": by_lr.median, "best": by_lr.min}[select]()
+        lr = float(score.idxmin())
+        chosen = g[g["lr"] == lr]
+        found.append(
+            dict(
+                curve=str(curve),
+                n_layer=int(n_layer),
+                d_model=int(d_model),
+                n_head=int(n_head),
+                row=int(rows[(n_layer, n_head)]),
+                params=float(chosen["params"].mean()),
+                tokens=float(chosen["tokens"].mean()),
+                loss=aggregate_losses(chosen["val_loss"].to_numpy(float), select),
+                n_runs=len(chosen),
+                lr=lr,
+            )
+        )
+    base = {(f["n_layer"], f["n_head"]): f["loss"] for f in found if f["curve"] == baseline}
+    cells = tuple(
+        ArchitectureCell(
+            **f,
+            gap_pct=np.nan
+            if f["curve"] == baseline or (f["n_layer"], f["n_head"]) not in base
+            else 100 * float(np.log(f["loss"]) - np.log(base[(f["n_layer"], f["n_head"])])),
+        )
+        for f in sorted(found, key=lambda f: (f["curve"] != baseline, f["curve"], f["n_layer"], f["row"]))
+    )
+    return ArchitectureGrid(cells, row_names, baseline)
+
+
+def _row_names(heads: pd.DataFrame) -> tuple[str, ...]:
+    names = []
+    for _, g in heads.groupby("row", sort=True):
+        counts = g["n_head"].unique()
+        if len(counts) == 1:
+            names.append(f"{int(counts[0])} head{'s' if counts[0] > 1 else ''}")
+        else:
+            names.append(f"n_head / n_layer ~ {float(np.median(g['n_head'] / g['n_layer'])):.2g}")
+    return tuple(names)
+
+
+def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
+    """One row per (depth, heads) cell: its shape, every curve's loss (the best cell of each marked *), and each
+    variant's gap to the baseline there."""
+    if grid is None:
+        return FitTable((), ())
+    curves = grid.curves
+    others = [c for c in curves if c != grid.baseline]
+    by = {(c.curve, c.n_layer, c.row): c for c in grid.cells}
+    best = {curve: grid.best(curve).name for curve in curves}
+    shapes = sorted({(c.n_layer, c.row) for c in grid.cells})
+    rows: list[tuple[Cell, ...]] = []
+    for n_layer, row in shapes:
+        first = next(by[(curve, n_layer, row)] for curve in curves if (curve, n_layer, row) in by)
+        cells: list[Cell] = [first.n_layer, first.d_model, first.n_head, f"{first.d_model / first.n_layer:.3g}"]
+        for curve in curves:
+            c = by.get((curve, n_layer, row))
+            cells.append("" if c is None else f"{c.loss:.4f}" + (" *" if c.name == best[curve] else ""))
+        for curve in others:
+            c = by.get((curve, n_layer, row))
+            cells.append("" if c is None or np.isnan(c.gap_pct) else f"{c.gap_pct:+.2f}")
+        rows.append(tuple(cells))
+    header = (
+        "n_layer",
+        "d_model",
+        "n_head",
+        "d_model / n_layer",
+        *curves,
+        *(f"{c} - {grid.baseline} (%)" for c in others),
+    )
+    what = (
+        "the architecture sweep (one parameter count, one compute): each cell's loss per curve (mean over seeds at "
+        "the best rate; * the curve's best cell) and each variant's gap to the baseline in the same cell, "
+        "100 (ln L_var - ln L_base), < 0 where the variant's loss is lower"
+    )
+    return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

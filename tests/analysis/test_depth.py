@@ -1,0 +1,97 @@
+"""The depth trend of a fixed-width ladder (analysis/depth.py) on synthetic results whose truth is known: the
+variant's multiplier grows by a set factor per sublayer, so its paired gap changes by a known number of points."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import fit_results
+from analysis.depth import depth_trend
+from analysis.tables import format_report
+from tests.synthetic_results import PAPER_BASELINE, write_synthetic_results
+
+WIDTH = 48
+DEPTHS = (4, 6, 8, 10, 12)
+GROWTH = 0.01  # ln M per sublayer
+SPAN = 2 * (DEPTHS[-1] - DEPTHS[0])  # 16 sublayers
+TRUE_CHANGE = 100 * PAPER_BASELINE.alpha * GROWTH * SPAN  # points of % over the ladder (the law has no offset)
+
+
+def _budgets(depths=DEPTHS):
+    """FLOPs that give each depth exactly (the synthetic writer trains about 20 tokens per parameter)."""
+    return [120.0 * (12 * WIDTH * WIDTH * n) ** 2 for n in depths]
+
+
+def _ladder(tmp_path, growth=GROWTH, **kw):
+    return write_synthetic_results(
+        tmp_path,
+        multipliers={"baseline": 1.0, "block": 1.1},
+        budgets=_budgets(kw.pop("depths", DEPTHS)),
+        width=WIDTH,
+        depth_slope={"block": growth},
+        tables=False,
+        **kw,
+    )
+
+
+def test_the_trend_reads_back_a_known_growth_exactly(tmp_path):
+    tree = _ladder(tmp_path / "exact", seeds=2)
+    report = fit_results(tree.root, n_boot=100, chinchilla=False)
+    trend = report.sweeps[0].multiplier("block").depth
+    assert trend is not None and trend.d_model == WIDTH and trend.span == (8, 24)
+    assert [p.n_layer for p in trend.points] == list(DEPTHS)
+    assert trend.gap_change.value == pytest.approx(TRUE_CHANGE, rel=1e-3)
+    assert trend.m_ratio.value == pytest.approx(math.exp(GROWTH * SPAN), rel=2e-3)
+    assert trend.residual_sd == pytest.approx(0, abs=1e-6)
+    assert trend.verdict() == "the advantage grows with depth"
+    # each depth's M is the true one
+    for p in trend.points:
+        assert p.multiplier == pytest.approx(1.1 * math.exp(GROWTH * (2 * p.n_layer - 8)), rel=2e-3)
+
+
+def test_a_noisy_ladder_covers_the_truth_and_prints_and_saves_the_trend(tmp_path):
+    tree = _ladder(tmp_path / "noisy", seeds=2, noise=0.003, seed_noise=0.005, rng_seed=3)
+    report = fit_results(tree.root, n_boot=100, chinchilla=False)
+    trend = report.sweeps[0].multiplier("block").depth
+    assert trend.gap_change.contains(TRUE_CHANGE), trend.gap_change
+    assert 0 < trend.residual_sd < 0.6  # the seed shift cancels in the paired gap; 0.3 % a run, 2 seeds
+    text = format_report(report)
+    assert "the depth trend (one width, only depth moves)" in text
+    assert "trend 8 -> 24 sublayers" in text
+    saved = json.loads(json.dumps(report.to_dict()))
+    block = next(m for m in saved["sweeps"][0]["multipliers"] if m["variant"] == "block")
+    assert block["depth_trend"]["sublayers"] == [8, 24]
+    assert len(block["depth_trend"]["depths"]) == len(DEPTHS)
+
+
+def test_no_growth_is_not_called_a_trend(tmp_path):
+    tree = _ladder(tmp_path / "flat", growth=0.0, seeds=2, noise=0.003, rng_seed=1)
+    trend = fit_results(tree.root, n_boot=100, chinchilla=False).sweeps[0].multiplier("block").depth
+    assert trend.gap_change.contains(0.0)
+    assert trend.verdict() == "no trend resolved: the interval holds 0"
+
+
+def test_only_a_fixed_width_ladder_of_three_depths_or_more_gets_a_trend(tmp_path):
+    # sizes whose width moves with depth (the usual ladder): no trend, and no key in fit.json
+    usual = write_synthetic_results(tmp_path / "usual", multipliers={"baseline": 1.0, "block": 1.25}, tables=False)
+    report = fit_results(usual.root, n_boot=0, chinchilla=False)
+    assert report.sweeps[0].multiplier("block").depth is None
+    assert "depth_trend" not in json.dumps(report.to_dict())
+    assert "the depth trend" not in format_report(report)
+    # two depths: a line through two points has no scatter to build an interval from
+    two = _ladder(tmp_path / "two", depths=(4, 12))
+    assert fit_results(two.root, n_boot=0, chinchilla=False).sweeps[0].multiplier("block").depth is None
+
+
+def test_without_a_bootstrap_the_trend_is_a_point_estimate(tmp_path):
+    tree = _ladder(tmp_path / "point", seeds=1)
+    report = fit_results(tree.root, n_boot=0, chinchilla=False)
+    trend = report.sweeps[0].multiplier("block").depth
+    assert trend.gap_change.value == pytest.approx(TRUE_CHANGE, rel=1e-3)
+    assert not trend.gap_change.has_interval and trend.verdict().startswith("no interval")
+    assert depth_trend(None, "block", None, 0.9) is None  # no paired M: nothing to trend
+    assert np.isfinite(trend.gap_at).all()
