@@ -544,9 +544,26 @@ def fit_results(
     for i, (name, part, p) in enumerate(prepared):
         belongs = tuple(path.path for path in unreadable if may_belong(path, name, results))
         stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
-        fitted = _fit_sweep(p, settings, sweep_folders(results.root, part), stalls)
         grid = architecture_grid(part, settings.baseline, settings.select)
-        fits.append(replace(fitted, unreadable=belongs, architecture=grid))
+        if grid is None:
+            fitted = _fit_sweep(p, settings, sweep_folders(results.root, part), stalls)
+        else:  # one parameter count and one compute: no law to fit, no frontier to find; the cells are the result
+            note = "an architecture sweep (one parameter count, one compute): no scaling law; its cells are above"
+            variants = curve_variants(p.points)
+            fitted = SweepFit(
+                p.sweep,
+                p.conventions,
+                False,
+                (),
+                None,
+                (),
+                {},
+                (note,),
+                p.points,
+                curve_variants=variants,
+                architecture=grid,
+            )
+        fits.append(replace(fitted, unreadable=belongs))
         last_slice = i + 1 == len(prepared) or prepared[i + 1][0] != name
         if last_slice and len(sliced[name]) > 1 and settings.chinchilla:  # then the whole sweep as one surface
             fits.append(replace(_surface_sweep(runs[runs["sweep"] == name], name, settings), unreadable=belongs))

@@ -79,6 +79,22 @@ CAPTIONS = {  # figure kind -> (title, caption); a caption's {fields} are filled
         "non-embedding parameters, with a power law fitted to them (dashed) drawn out to the paper's sizes, where the "
         "crosses are the paper's Table 2 rates (its tokenizer and recipe: a reference, not a target).",
     ),
+    "depth_trend": (
+        "The gap to the baseline against depth",
+        "On a ladder of one width, where only depth moves: left, each variant's paired loss gap to the baseline at "
+        "every depth, 100 (ln L_base - ln L_var), above 0 where the variant's loss is lower, with its least-squares "
+        "line and the line's {level} band (a t interval on the depths' scatter about it); the legend gives the "
+        "line's change from the shallowest to the deepest size with its interval. Right: the paired M at each "
+        "depth (the gap through the baseline law's local slope).",
+    ),
+    "architecture": (
+        "Loss over depth and heads at one size and one compute",
+        "Every cell a model of about the same non-embedding parameters trained with the same FLOPs (the paper's "
+        "Fig. 7): columns are depths, the deeper the narrower (d/L: d_model / n_layer), rows the head counts. One "
+        "heatmap of the loss per curve on a shared scale (mean over seeds at the best rate; the star: the curve's "
+        "best cell), and per variant the heatmap of its gap to the baseline in each cell, 100 (ln L_var - ln "
+        "L_base), blue where the variant's loss is lower.",
+    ),
     "paper_fits": (
         "The paper's published fits (reference)",
         "The paper's own fits L = A C^-alpha in PFLOP/s-days (their data, tokenizer and FLOP count), drawn apart from "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnres.variants import curve_order
-from reports import ablation, dynamics, heatmaps, learning_rates, scaling
+from reports import ablation, architecture, depth, dynamics, heatmaps, learning_rates, scaling
 from reports.captions import ENVELOPE_SHAPES
 from reports.context import ReportContext
 from reports.records import Skipped
@@ -72,7 +72,33 @@ def sweep_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
         ),
         *depth_attention_figures(ctx, sw),
         *learning_rate_figures(ctx, sw),
+        *shape_figures(ctx, sw),
     ]
+
+
+def shape_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
+    """The depth trend of a fixed-width depth ladder and the heatmaps of an architecture sweep, where the sweep is
+    one (nothing otherwise: no skip line in the reports of other sweeps)."""
+    out = []
+    if any(m.depth is not None for m in sw.multipliers):
+        level = f"{100 * ctx.settings.level:g} %"
+        out.append(
+            figure(
+                ctx,
+                "depth_trend",
+                sw.sweep,
+                lambda: depth.plot_depth_trend(ctx.fit, sw.sweep),
+                "depth_trend",
+                level=level,
+            )
+        )
+    if sw.architecture is not None:
+        out.append(
+            figure(
+                ctx, "architecture", sw.sweep, lambda: architecture.plot_architecture(ctx.fit, sw.sweep), "architecture"
+            )
+        )
+    return out
 
 
 def learning_rate_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analysis.robust_tables import envelope_table, paired_table, protocol_cell_table, protocol_table, stall_texts
+from analysis.architecture import architecture_table
+from analysis.robust_tables import (
+    depth_table,
+    envelope_table,
+    paired_table,
+    protocol_cell_table,
+    protocol_table,
+    stall_texts,
+)
 from analysis.stalls import has_seeds_to_compare
 from analysis.tables import (
     MISSING_SEEDS,
@@ -49,6 +57,13 @@ def fit_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
                 f"in C are fitted per ratio, in the sections `{sw.sweep}@<r>tpp`)."
             )
         )
+    elif sw.architecture is not None:
+        blocks.append(
+            Paragraph(
+                "An architecture sweep: its cells share one parameter count and one compute, so there is no scaling "
+                "law to fit; its result is the loss of each cell, below and in the heatmaps."
+            )
+        )
     else:
         blocks.append(
             Paragraph(
@@ -56,6 +71,9 @@ def fit_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
                 "(three with E + A C^-alpha); see the notes below."
             )
         )
+    if sw.architecture is not None:
+        cells = architecture_table(sw.architecture)
+        blocks += [Heading("Architecture cells", 3), Paragraph(cells.caption), Table(cells.frame())]
     if sw.curves and not sw.multipliers:
         blocks.append(Paragraph(f"No multiplier: {scaling.no_multiplier_reason(ctx.fit, sw)}."))
     if sw.multipliers:
@@ -104,6 +122,9 @@ def robust_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
     paired = paired_table(sw, ctx.settings, order)
     if paired.rows:
         blocks += [Heading("Paired per-size M", 4), Paragraph(paired.caption), Table(paired.frame())]
+    depth = depth_table(sw, ctx.settings, order)
+    if depth.rows:
+        blocks += [Heading("The depth trend", 4), Paragraph(depth.caption), Table(depth.frame())]
     stalls = stall_texts(sw)
     if stalls:
         blocks += [

@@ -69,7 +69,7 @@ class SyntheticResults:
     """What :func:`write_synthetic_results` wrote: the tree's root, and the truth behind every run folder.
 
     ``runs`` has one row per folder: run_id, path, kind (ok | unfinished | failed | nan_loss | broken |
-    wrong_schema | no_run_file), variant, n_blocks, n_layer, d_model, params, tokens, flops, lr, seed,
+    wrong_schema | no_run_file), variant, n_blocks, n_layer, d_model, n_head, params, tokens, flops, lr, seed,
     status, true_loss (noise-free), val_loss (as written).
     """
 
@@ -279,6 +279,8 @@ def write_synthetic_results(
     rng_seed: int = 0,
     width: int | None = None,
     depth_slope: Mapping[str, float] | None = None,
+    shapes: Sequence[tuple[int, int, int]] = (),
+    best_depth: Mapping[str, int] | None = None,
 ) -> SyntheticResults:
     """Write ``root/<sweep>/<run_id>/`` run folders from a known law; returns the truth per folder.
 
@@ -317,6 +319,10 @@ def write_synthetic_results(
             give budgets of 120 (12 width^2 n_layer)^2 FLOPs for n_layer exactly).
         depth_slope: variant -> g, its multiplier growing as M exp(g (2 n_layer - 8)) with depth (in sublayers,
             from 4 layers), so that its true paired gap changes by 100 alpha g per sublayer on a power law.
+        shapes: an architecture sweep instead of a ladder: every (n_layer, d_model, n_head) at the first budget,
+            each at 12 n_layer d_model^2 parameters; a variant's loss is 0.4 % higher per (n_layer - its
+            ``best_depth``)^2 and 0.1 % per (n_head - 2)^2, so its best cell is known.
+        best_depth: variant -> the depth of its best cell in ``shapes`` (default 3).
     """
     multipliers = dict(DEFAULT_MULTIPLIERS if multipliers is None else multipliers)
     if "baseline" not in multipliers:
@@ -344,8 +350,12 @@ def write_synthetic_results(
         stalled=frozenset(stalled),
         width=width,
         depth_slope=dict(depth_slope or {}),
+        best_depth=dict(best_depth or {}),
     )
-    writer.grid(budgets, sizes_per_budget, size_spread, lrs, seeds)
+    if shapes:
+        writer.architecture(budgets[0], shapes, lrs, seeds)
+    else:
+        writer.grid(budgets, sizes_per_budget, size_spread, lrs, seeds)
     writer.extras(max(budgets), lrs[0], unfinished, failed, nan_loss, broken, wrong_schema, no_run_file)
     return SyntheticResults(
         root=writer.root, sweep=sweep, law=law, multipliers=multipliers, runs=pd.DataFrame(writer.records)
@@ -373,6 +383,8 @@ class _Writer:
     stalled: frozenset[tuple[str, int]] = frozenset()
     width: int | None = None
     depth_slope: Mapping[str, float] = field(default_factory=dict)
+    best_depth: Mapping[str, int] = field(default_factory=dict)
+    shape: tuple[int, int, int] | None = None  # the shape of the run being written (an architecture sweep)
     records: list[dict[str, Any]] = field(default_factory=list)
     seed_shift: dict[tuple[float, int], float] = field(default_factory=dict)
 
@@ -389,6 +401,19 @@ class _Writer:
                     for lr in lrs:
                         for seed in range(seeds):
                             self.run(variant, float(params), c / (6.0 * params), lr, seed, "done", "ok")
+
+    def architecture(
+        self, budget: float, shapes: Sequence[tuple[int, int, int]], lrs: Sequence[float], seeds: int
+    ) -> None:
+        """Every cell of an architecture sweep at one budget: each shape, variant, learning rate and seed."""
+        for shape in shapes:
+            self.shape = shape
+            params = 12.0 * shape[0] * shape[1] ** 2
+            for variant in self.multipliers:
+                for lr in lrs:
+                    for seed in range(seeds):
+                        self.run(variant, params, budget / (6.0 * params), lr, seed, "done", "ok")
+        self.shape = None
 
     def sizes(self, budget: float, sizes_per_budget: int, size_spread: float) -> np.ndarray:
         """The model sizes run at one budget: around the baseline's optimum (ChinchillaLaw), or one size at
@@ -411,6 +436,9 @@ class _Writer:
         else:
             truth = float(self.law.loss(multiplier * flops))
         best = self.best_lr.get(variant, self.lr_mid)
+        if self.shape is not None:
+            depth_miss = self.shape[0] - self.best_depth.get(variant, 3)
+            truth *= math.exp(0.004 * depth_miss**2 + 0.001 * (self.shape[2] - 2) ** 2)
         return truth * math.exp(self.lr_curvature * math.log(lr / best) ** 2)
 
     def run(
@@ -418,7 +446,7 @@ class _Writer:
     ) -> dict[str, Any]:
         """Write one run folder (config.yaml, run.parquet and, with ``tables``, its per-run tables); returns
         and records the truth behind it."""
-        n_layer, d_model, n_head = _shape(params, self.width)
+        n_layer, d_model, n_head = self.shape or _shape(params, self.width)
         nb = _effective_blocks(variant, n_layer, self.n_blocks)
         max_steps = max(1, round(tokens_target / BATCH_TOKENS))
         tokens = max_steps * BATCH_TOKENS
@@ -466,6 +494,7 @@ class _Writer:
             "n_blocks": nb,
             "n_layer": n_layer,
             "d_model": d_model,
+            "n_head": n_head,
             "params": int(round(params)),
             "tokens": tokens,
             "flops": flops,

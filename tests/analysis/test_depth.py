@@ -95,3 +95,17 @@ def test_without_a_bootstrap_the_trend_is_a_point_estimate(tmp_path):
     assert not trend.gap_change.has_interval and trend.verdict().startswith("no interval")
     assert depth_trend(None, "block", None, 0.9) is None  # no paired M: nothing to trend
     assert np.isfinite(trend.gap_at).all()
+
+
+def test_the_report_draws_the_trend_and_tables_it(tmp_path):
+    import reports
+
+    tree = _ladder(tmp_path / "report", seeds=2, noise=0.003, rng_seed=3)
+    summary = reports.build_report(tree.root, tmp_path / "out", formats=("png",), n_boot=100, strict=True)
+    names = {f.name for f in summary.figures}
+    assert "depth_trend" in names and "architecture" not in names
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "The depth trend" in text and "The gap to the baseline against depth" in text
+    assert "trend 8 -> 24 sublayers" in text
+    saved = json.loads((tmp_path / "out" / "fit.json").read_text())
+    assert saved["sweeps"][0]["multipliers"][0]["depth_trend"]["sublayers"] == [8, 24]
