@@ -373,12 +373,16 @@ def format_plan(
     memory = any(r.memory_gib is not None for r in rows)
     if memory:
         header = (*header[:-2], "mem GiB", *header[-2:])
+    cells = grid.architecture is not None  # a cell's run id does not show its heads: its own column does
+    if cells:
+        header = (header[0], "cell", *header[1:])
     table = [header]
     for r in rows:
         mem = () if not memory else (f"{r.memory_gib:.3g}" + ("!" if r.memory_problem else ""),)
         table.append(
             (
                 r.run_id.rsplit("-", 1)[0] + "-?" if r.to_be_tuned else r.run_id,
+                *((r.size,) if cells else ()),
                 r.variant,
                 "-" if r.n_blocks is None else str(r.n_blocks),
                 human_count(r.params),

@@ -103,3 +103,13 @@ def test_the_plan_refuses_a_bad_cell_in_one_line_before_any_run(tmp_path):
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and "ladder.architecture: the cell n_layer" in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_the_plan_shows_each_runs_cell(tmp_path):
+    from sweeps.plan import format_plan, plan
+
+    grid = load_grid(arch())
+    text = format_plan(grid, plan(grid, tmp_path))
+    header = next(line for line in text.splitlines() if line.startswith("run_id")).split()
+    assert header[:3] == ["run_id", "cell", "variant"]
+    assert sum("L4-d48-h3" in line for line in text.splitlines()) == 4  # 2 variants x 2 seeds
