@@ -5,7 +5,7 @@ one compute budget, instead of a ladder of sizes.
       architecture:
         params: 110e3                 # non-embedding parameters of every cell's baseline model
         depths: [2, 3, 4, 6]          # n_layer of each column; d_model follows from the parameter count
-        heads_per_layer: [0.5, 1]     # n_head = h x n_layer rounded half up, at least 1, for each row (or heads: [2, 4])
+        heads_per_layer: [0.5, 1]     # n_head = h x n_layer rounded half up (at least 1) per row; or heads: [2, 4]
         tolerance: 0.1                # every cell's parameters, and its training compute, within 10 %
 
 At a fixed parameter count N ~ 12 n_layer d_model^2, the paper's axes d_model / L_b and H / L_b are depth and heads
