@@ -173,3 +173,22 @@ def test_the_load_benchmark_runs_end_to_end(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["label"] for r in rows] == ["quiet", "busy, chosen", "busy, as before"]
     assert all(r["seconds"] > 0 for r in rows) and all("ratio_to_quiet" in r for r in rows[1:])
+
+
+def test_the_depth_power_analysis_measures_its_noise_and_covers_at_its_level(capsys):
+    """benchmarks/depth_power.py: the per-depth noise from the committed cpu_envelope runs (two seeds of both arms at
+    d_model 48), and intervals of the depth trend that cover the true change about 90 % of the time."""
+    import numpy as np
+
+    from benchmarks import depth_power
+
+    sigma = depth_power.measured_noise()
+    assert 0.3 < sigma < 1.0  # % of loss per seed of one depth's paired gap (0.61 as committed)
+    rng = np.random.default_rng(0)
+    coverage, half, resolved = depth_power.simulate([4, 6, 8, 10, 12], 1, sigma, 1.0, 4000, False, rng)
+    assert 0.88 < coverage < 0.92 and 0 < resolved < 1
+    assert half == pytest.approx(2.353 * sigma * 16 / np.sqrt(160), rel=0.15)  # t(3) x the slope's SE x the span
+    wider, _, _ = depth_power.simulate([4, 6, 8, 10, 12], 1, sigma, 1.0, 2000, True, rng)
+    assert wider > 0.85  # one depth in five far off: the residual scatter widens the interval with it
+    depth_power.main(["--depths", "4", "8", "12", "--seeds", "2", "--reps", "200", "--sigma", "0.6"])
+    assert "4 8 12" in capsys.readouterr().out
