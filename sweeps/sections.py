@@ -287,6 +287,7 @@ def read_defaults(defaults: Any, name: str, overrides: tuple[str, ...]) -> Mappi
     for key in defaults:
         if key not in SECTIONS:
             raise unknown_key("defaults.", key, tuple(SECTIONS))
+    defaults = {key: {} if value is None else value for key, value in defaults.items()}  # `train:` left empty
     try:
         from_dict(RunConfig, apply_overrides({**defaults, "sweep": name}, list(overrides)))
     except ConfigError as err:

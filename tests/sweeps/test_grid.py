@@ -137,6 +137,14 @@ def test_bad_grids_are_rejected_with_a_clear_message(tmp_path, changes, fragment
         assert fragment in message
 
 
+def test_an_empty_defaults_section_is_an_empty_mapping():
+    """`train:` with nothing under it (YAML null), and no seeds: the seed and the settings are the defaults' (this
+    raised AttributeError before)."""
+    data = grid_with(seeds=None, defaults={"model": {"seq_len": 64}, "train": None})
+    runs = expand(load_grid(data))
+    assert {r.train.seed for r in runs} == {0} and {r.model.seq_len for r in runs} == {64}
+
+
 def test_a_bad_per_run_setting_names_the_run(tmp_path):
     data = grid_with(ladder={"sizes": [{"n_layer": 2, "d_model": 30, "n_head": 4}]})
     with pytest.raises(ConfigError, match="size L2-d30.*d_model=30 is not divisible by n_head=4"):
