@@ -14,13 +14,15 @@ Pure pandas; never imports torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analysis.bootstrap import json_number
+from analysis.bootstrap import Estimate, json_number
+from analysis.depth import line_change
 from analysis.select import aggregate_losses, curve_labels, finished_runs
 from analysis.table_format import Cell, FitTable
 
@@ -67,11 +69,15 @@ class ArchitectureCell:
 
 @dataclass(frozen=True)
 class ArchitectureGrid:
-    """Every curve's cells, the rows' names, and each curve's best cell."""
+    """Every curve's cells, the rows' names, each curve's best cell, and per variant the least-squares change of
+    its gap to the baseline from the shallowest to the deepest column (every cell a point, its heads a replicate;
+    a t interval on the cells' scatter about the line): < 0 where the variant gains more from depth than the
+    baseline does at this size, which moves its best shape deeper."""
 
     cells: tuple[ArchitectureCell, ...]
     row_names: tuple[str, ...]
     baseline: str
+    gap_change: Mapping[str, Estimate] = field(default_factory=dict)
 
     @property
     def curves(self) -> list[str]:
@@ -84,11 +90,18 @@ class ArchitectureGrid:
         """The curve's cell of lowest loss."""
         return min(self.of(curve), key=lambda c: c.loss)
 
+    @property
+    def depths(self) -> tuple[int, int]:
+        """The shallowest and the deepest column (n_layer)."""
+        layers = [c.n_layer for c in self.cells]
+        return min(layers), max(layers)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
             "rows": list(self.row_names),
             "best": {curve: self.best(curve).name for curve in self.curves},
+            "gap_change_pct": {curve: est.to_dict() for curve, est in self.gap_change.items()},
             "cells": [c.to_dict() for c in self.cells],
         }
 
@@ -107,8 +120,11 @@ def is_architecture_sweep(runs: pd.DataFrame) -> bool:
     return True
 
 
-def architecture_grid(runs: pd.DataFrame, baseline: str, select: str = "mean") -> ArchitectureGrid | None:
-    """The cells of an architecture sweep's runs (None when they do not form one)."""
+def architecture_grid(
+    runs: pd.DataFrame, baseline: str, select: str = "mean", level: float = 0.9, interval: bool = True
+) -> ArchitectureGrid | None:
+    """The cells of an architecture sweep's runs (None when they do not form one); ``level``: of the gap trend's
+    interval (``interval=False``: its point estimate only)."""
     if not is_architecture_sweep(runs):
         return None
     done = finished_runs(runs)
@@ -147,7 +163,24 @@ def architecture_grid(runs: pd.DataFrame, baseline: str, select: str = "mean") -
         )
         for f in sorted(found, key=lambda f: (f["curve"] != baseline, f["curve"], f["n_layer"], f["row"]))
     )
-    return ArchitectureGrid(cells, row_names, baseline)
+    return ArchitectureGrid(cells, row_names, baseline, _gap_changes(cells, baseline, level, interval))
+
+
+def _gap_changes(
+    cells: tuple[ArchitectureCell, ...], baseline: str, level: float, interval: bool
+) -> dict[str, Estimate]:
+    """Per variant with cells at 2 depths or more and 3 cells or more: its gap's least-squares change over the
+    columns."""
+    out = {}
+    for curve in dict.fromkeys(c.curve for c in cells if c.curve != baseline):
+        own = [c for c in cells if c.curve == curve and np.isfinite(c.gap_pct)]
+        x = np.array([c.n_layer for c in own], dtype=float)
+        if len(own) < 3 or np.unique(x).size < 2:
+            continue
+        y = np.array([c.gap_pct for c in own])
+        order = np.argsort(x, kind="stable")
+        out[curve], _, _ = line_change(x[order], y[order], float(x.max() - x.min()), level, interval)
+    return out
 
 
 def _row_names(heads: pd.DataFrame) -> tuple[str, ...]:
@@ -190,9 +223,16 @@ def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
         *curves,
         *(f"{c} - {grid.baseline} (%)" for c in others),
     )
+    low, high = grid.depths
+    for curve, change in grid.gap_change.items():  # the last rows: each variant's gap trend over the columns
+        trend: list[Cell] = [f"change {low} -> {high} layers", "", "", "", *[""] * len(curves)]
+        trend += [change.text(3) if c == curve else "" for c in others]
+        rows.append(tuple(trend))
     what = (
         "the architecture sweep (one parameter count, one compute): each cell's loss per curve (mean over seeds at "
         "the best rate; * the curve's best cell) and each variant's gap to the baseline in the same cell, "
-        "100 (ln L_var - ln L_base), < 0 where the variant's loss is lower"
+        "100 (ln L_var - ln L_base), < 0 where the variant's loss is lower; last, the gap's least-squares change "
+        "from the shallowest to the deepest column over every cell, with a t interval (< 0: the variant gains more "
+        "from depth than the baseline)"
     )
     return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

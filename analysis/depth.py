@@ -118,13 +118,13 @@ def depth_trend(
     points = tuple(DepthPoint(n, 100 * s.log_gap, s.multiplier, s.n_pairs) for n, _, s in found)
     x = np.array([p.sublayers for p in points], dtype=float)
     span = float(x[-1] - x[0])
-    gap, fitted_gap, resid_sd = _line(x, np.array([p.gap for p in points]), span, level, interval)
-    log_m, _, _ = _line(x, np.log([p.multiplier for p in points]), span, level, interval)
+    gap, fitted_gap, resid_sd = line_change(x, np.array([p.gap for p in points]), span, level, interval)
+    log_m, _, _ = line_change(x, np.log([p.multiplier for p in points]), span, level, interval)
     m_ratio = Estimate(math.exp(log_m.value), math.exp(log_m.low), math.exp(log_m.high), level)
     return DepthTrend(widths.pop(), points, gap, m_ratio, fitted_gap, resid_sd)
 
 
-def _line(
+def line_change(
     x: np.ndarray, y: np.ndarray, span: float, level: float, interval: bool
 ) -> tuple[Estimate, tuple[float, float], float]:
     """The least-squares line of y on x: its change over ``span`` with a t interval on len(x) - 2 degrees of

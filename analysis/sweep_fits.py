@@ -544,7 +544,7 @@ def fit_results(
     for i, (name, part, p) in enumerate(prepared):
         belongs = tuple(path.path for path in unreadable if may_belong(path, name, results))
         stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
-        grid = architecture_grid(part, settings.baseline, settings.select)
+        grid = architecture_grid(part, settings.baseline, settings.select, settings.level, settings.n_boot > 0)
         if grid is None:
             fitted = _fit_sweep(p, settings, sweep_folders(results.root, part), stalls)
         else:  # one parameter count and one compute: no law to fit, no frontier to find; the cells are the result

@@ -63,7 +63,11 @@ def plot_architecture(report: FitReport, sweep: str | None = None) -> Figure:
             bound = max(float(np.nanmax(np.abs(gaps[curve]))), 1e-9)
             image = ax.imshow(gaps[curve], cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", origin="lower")
             _annotate(ax, gaps[curve], "{:+.2f}")
-            _axes(ax, col_labels, grid.row_names, f"{variant_label(curve)} - {variant_label(grid.baseline)}, %")
+            title = f"{variant_label(curve)} - {variant_label(grid.baseline)}, %"
+            if curve in grid.gap_change:
+                low_n, high_n = grid.depths
+                title += f"\nchange L{low_n} -> L{high_n}: {grid.gap_change[curve].text(3)}"
+            _axes(ax, col_labels, grid.row_names, title)
             fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
         params = np.median([c.params for c in grid.cells])
         fig.suptitle(

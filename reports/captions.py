@@ -93,7 +93,8 @@ CAPTIONS = {  # figure kind -> (title, caption); a caption's {fields} are filled
         "Fig. 7): columns are depths, the deeper the narrower (d/L: d_model / n_layer), rows the head counts. One "
         "heatmap of the loss per curve on a shared scale (mean over seeds at the best rate; the star: the curve's "
         "best cell), and per variant the heatmap of its gap to the baseline in each cell, 100 (ln L_var - ln "
-        "L_base), blue where the variant's loss is lower.",
+        "L_base), blue where the variant's loss is lower, titled with the gap's least-squares change from the "
+        "shallowest to the deepest column and its interval (below 0: the variant gains more from depth).",
     ),
     "paper_fits": (
         "The paper's published fits (reference)",

@@ -47,6 +47,9 @@ def test_the_cells_and_each_curves_best_cell_are_read_back(tree):
     base = {(c.n_layer, c.n_head): c for c in grid.of("baseline")}
     for key, c in block.items():
         assert c.gap_pct == pytest.approx(100 * math.log(c.loss / base[key].loss))
+    # Block's loss is 0.4 % x ((n - 4)^2 - (n - 3)^2) lower than the baseline's at depth n, beside its constant M:
+    # its gap falls by 0.8 points a layer, 2.4 from 2 to 5 layers
+    assert grid.gap_change["block"].value == pytest.approx(-2.4, abs=1e-6)
 
 
 def test_the_fit_prints_and_saves_the_cells(tree):
@@ -59,6 +62,8 @@ def test_the_fit_prints_and_saves_the_cells(tree):
     assert "no scaling law" in text and "IsoFLOP" not in text  # no frontier is looked for
     saved = json.loads(json.dumps(report.to_dict()))["sweeps"][0]["architecture"]
     assert saved["best"] == {"baseline": "L3-d56-h2", "block": "L4-d48-h2"}
+    assert saved["gap_change_pct"]["block"]["value"] == pytest.approx(-2.4, abs=1e-6)
+    assert "change 2 -> 5 layers" in text
     assert len(saved["cells"]) == 24
 
 
