@@ -10,6 +10,7 @@ noise, as a stalled run or a cliff in the loss-rate curve would put it) and fits
 
     python benchmarks/depth_power.py                         # the measured noise, then the designs side by side
     python benchmarks/depth_power.py --depths 4 6 8 10 12 --seeds 2 --reps 4000
+    python benchmarks/depth_power.py --depths 2 3 4 5 --rows 4 --seeds 2   # an architecture sweep's 4 x 4 cells
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ def envelope_minimum(lrs: np.ndarray, losses: np.ndarray) -> float:
     return float(np.polyval(c, vertex))
 
 
-def measured_noise(results: Path = STUDY, d_model: int = 48, base: str = "baseline", variant: str = "block") -> float:
-    """The per-seed standard deviation (% of loss) of one cell's paired envelope-minimum gap, from the two seeds of
-    every (size, budget) of ``results`` at ``d_model``."""
+def measured_noise(
+    results: Path = STUDY, d_model: int = 48, base: str = "baseline", variant: str = "block", rate: float | None = None
+) -> float:
+    """The per-seed standard deviation (% of loss) of one cell's paired envelope-minimum gap (``rate``: of the
+    paired gap at that one rate instead), from the two seeds of every (size, budget) of ``results`` at
+    ``d_model``."""
     from analysis import load_results
 
     runs = load_results(results, tables=()).runs
@@ -51,6 +55,11 @@ def measured_noise(results: Path = STUDY, d_model: int = 48, base: str = "baseli
             minima = []
             for arm in (base, variant):
                 g = cell[(cell["variant"] == arm) & (cell["seed"] == seed)].sort_values("lr")
+                if rate is not None:
+                    g = g[np.isclose(g["lr"].to_numpy(float), rate, rtol=1e-6)]
+                    if len(g) == 1:
+                        minima.append(float(np.log(g["val_loss"].iloc[0])))
+                    continue
                 if len(g) < 3:
                     break
                 minima.append(envelope_minimum(g["lr"].to_numpy(float), g["val_loss"].to_numpy(float)))
@@ -79,11 +88,19 @@ def trend_intervals(x: np.ndarray, y: np.ndarray, level: float = 0.9) -> tuple[n
 
 
 def simulate(
-    depths: list[int], seeds: int, sigma: float, change: float, reps: int, outliers: bool, rng: np.random.Generator
+    depths: list[int],
+    seeds: int,
+    sigma: float,
+    change: float,
+    reps: int,
+    outliers: bool,
+    rng: np.random.Generator,
+    rows: int = 1,
 ) -> tuple[float, float, float]:
     """Coverage of the true change, median half-width, and the share of intervals that exclude 0, for a true
-    change ``change`` (points of %) over the ladder."""
-    x = 2 * np.asarray(depths, dtype=float)
+    change ``change`` (points of %) over the ladder. ``rows``: cells per depth (an architecture sweep's head
+    counts, each its own runs)."""
+    x = 2 * np.repeat(np.asarray(depths, dtype=float), rows)
     truth = change * (x - x[0]) / (x[-1] - x[0])
     noise = rng.normal(0, sigma / math.sqrt(seeds), (reps, x.size))
     if outliers:  # one depth in five off by 3-10 sigma (of one seed), either way
@@ -99,15 +116,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--depths", type=int, nargs="+", help="n_layer of the sizes (default: compare designs)")
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--rows", type=int, default=1, help="cells per depth (an architecture sweep's head counts)")
     parser.add_argument("--sigma", type=float, help="per-seed noise of one depth's gap, %% (default: measured)")
+    parser.add_argument(
+        "--at-rate", type=float, help="measure the noise of the gap at this one rate (default: at the envelope minima)"
+    )
     parser.add_argument("--change", type=float, default=1.0, help="the true change over the ladder, points of %%")
     parser.add_argument("--reps", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     sigma = args.sigma
     if sigma is None:
-        sigma = measured_noise()
-        print(f"noise: {sigma:.3f} % per seed of one depth's paired gap (cpu_envelope, d_model 48, envelope minima)")
+        sigma = measured_noise(rate=args.at_rate)
+        where = "envelope minima" if args.at_rate is None else f"at rate {args.at_rate:g}"
+        print(f"noise: {sigma:.3f} % per seed of one depth's paired gap (cpu_envelope, d_model 48, {where})")
     designs = (
         [(args.depths, args.seeds)]
         if args.depths
@@ -120,9 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     for depths, seeds in designs:
         rng = np.random.default_rng(args.seed)
-        cov, half, res = simulate(depths, seeds, sigma, args.change, args.reps, False, rng)
-        cov_o, half_o, _ = simulate(depths, seeds, sigma, args.change, args.reps, True, rng)
-        cost = sum(n * n for n in depths) * seeds  # compute per (arm, rate): tokens ~ n_layer, time a token ~ n_layer
+        cov, half, res = simulate(depths, seeds, sigma, args.change, args.reps, False, rng, args.rows)
+        cov_o, half_o, _ = simulate(depths, seeds, sigma, args.change, args.reps, True, rng, args.rows)
+        cost = (
+            sum(n * n for n in depths) * seeds * args.rows
+        )  # compute per (arm, rate): tokens ~ n_layer, time a token ~ n_layer
         print(
             f"{' '.join(map(str, depths)):<28}{seeds:>6}{cost:>7}{half:>11.2f} {cov:>10.3f}{res:>10.3f}"
             f"{cov_o:>21.3f}{half_o:>11.2f}"
