@@ -26,7 +26,9 @@ from analysis.depth import line_change
 from analysis.select import aggregate_losses, curve_labels, finished_runs
 from analysis.table_format import Cell, FitTable
 
-SPREAD = 1.25  # a sweep whose parameters (and FLOPs) span less than this factor, with several shapes, is one
+# a sweep whose parameters (and FLOPs) span less than this factor, with several depths and head counts, is one: a
+# grid's tolerance is at most 0.2 (sweeps/architecture.py), and 1.2 / 0.8 = 1.5; a scaling ladder spans far more
+SPREAD = 1.5
 KEYS = ["curve", "n_layer", "d_model", "n_head"]
 
 
@@ -68,6 +70,20 @@ class ArchitectureCell:
 
 
 @dataclass(frozen=True)
+class GapTrend:
+    """A variant's gap to the baseline, its least-squares change from its shallowest to its deepest column."""
+
+    change: Estimate
+    depths: tuple[int, int]
+
+    def text(self) -> str:
+        return f"{self.change.text(3)} from {self.depths[0]} to {self.depths[1]} layers"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.change.to_dict(), "depths": list(self.depths)}
+
+
+@dataclass(frozen=True)
 class ArchitectureGrid:
     """Every curve's cells, the rows' names, each curve's best cell, and per variant the least-squares change of
     its gap to the baseline from the shallowest to the deepest column (every cell a point, its heads a replicate;
@@ -77,7 +93,7 @@ class ArchitectureGrid:
     cells: tuple[ArchitectureCell, ...]
     row_names: tuple[str, ...]
     baseline: str
-    gap_change: Mapping[str, Estimate] = field(default_factory=dict)
+    gap_change: Mapping[str, GapTrend] = field(default_factory=dict)
 
     @property
     def curves(self) -> list[str]:
@@ -90,18 +106,12 @@ class ArchitectureGrid:
         """The curve's cell of lowest loss."""
         return min(self.of(curve), key=lambda c: c.loss)
 
-    @property
-    def depths(self) -> tuple[int, int]:
-        """The shallowest and the deepest column (n_layer)."""
-        layers = [c.n_layer for c in self.cells]
-        return min(layers), max(layers)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
             "rows": list(self.row_names),
             "best": {curve: self.best(curve).name for curve in self.curves},
-            "gap_change_pct": {curve: est.to_dict() for curve, est in self.gap_change.items()},
+            "gap_change_pct": {curve: trend.to_dict() for curve, trend in self.gap_change.items()},
             "cells": [c.to_dict() for c in self.cells],
         }
 
@@ -129,10 +139,7 @@ def architecture_grid(
         return None
     done = finished_runs(runs)
     done = done.assign(curve=curve_labels(done), val_loss=pd.to_numeric(done["val_loss"]))
-    heads = done[["n_layer", "n_head"]].drop_duplicates().sort_values(["n_layer", "n_head"])
-    heads["row"] = heads.groupby("n_layer").cumcount()
-    rows = dict(zip(zip(heads["n_layer"], heads["n_head"]), heads["row"]))
-    row_names = _row_names(heads)
+    rows, row_names = _rows(done[["n_layer", "n_head"]].drop_duplicates())
     found = []
     for (curve, n_layer, d_model, n_head), g in done.groupby(KEYS, sort=True):
         by_lr = g.groupby("lr")["val_loss"]
@@ -168,7 +175,7 @@ def architecture_grid(
 
 def _gap_changes(
     cells: tuple[ArchitectureCell, ...], baseline: str, level: float, interval: bool
-) -> dict[str, Estimate]:
+) -> dict[str, GapTrend]:
     """Per variant with cells at 2 depths or more and 3 cells or more: its gap's least-squares change over the
     columns."""
     out = {}
@@ -179,19 +186,31 @@ def _gap_changes(
             continue
         y = np.array([c.gap_pct for c in own])
         order = np.argsort(x, kind="stable")
-        out[curve], _, _ = line_change(x[order], y[order], float(x.max() - x.min()), level, interval)
+        change, _, _ = line_change(x[order], y[order], float(x.max() - x.min()), level, interval)
+        out[curve] = GapTrend(change, (int(x.min()), int(x.max())))
     return out
 
 
-def _row_names(heads: pd.DataFrame) -> tuple[str, ...]:
-    names = []
-    for _, g in heads.groupby("row", sort=True):
-        counts = g["n_head"].unique()
-        if len(counts) == 1:
-            names.append(f"{int(counts[0])} head{'s' if counts[0] > 1 else ''}")
-        else:
-            names.append(f"n_head / n_layer ~ {float(np.median(g['n_head'] / g['n_layer'])):.2g}")
-    return tuple(names)
+def _rows(heads: pd.DataFrame) -> tuple[dict[tuple[int, int], int], tuple[str, ...]]:
+    """Each (n_layer, n_head)'s row and the rows' names. The rows are the head counts of the depths that have the
+    most (the complete columns), by rank: their n_head where those depths share one set of head counts (a grid's
+    ``heads:``), else their n_head / n_layer (``heads_per_layer``); every cell then goes to the row nearest to it
+    in log scale, so a missing cell leaves a hole instead of moving the cells above it down."""
+    heads = heads.astype(int).sort_values(["n_layer", "n_head"])
+    per_depth = {n: tuple(g["n_head"]) for n, g in heads.groupby("n_layer")}
+    most = max(len(h) for h in per_depth.values())
+    complete = [h for h in per_depth.values() if len(h) == most]
+    if len(set(complete)) == 1:
+        centres = np.array(complete[0], dtype=float)
+        names = tuple(f"{int(h)} head{'s' if h > 1 else ''}" for h in centres)
+        value = {(n, h): float(h) for n, h in zip(heads["n_layer"], heads["n_head"])}
+    else:
+        ratios = np.array([[h / n for h in per_depth[n]] for n in per_depth if len(per_depth[n]) == most])
+        centres = np.median(ratios, axis=0)
+        names = tuple(f"n_head / n_layer ~ {r:.2g}" for r in centres)
+        value = {(n, h): h / n for n, h in zip(heads["n_layer"], heads["n_head"])}
+    rows = {key: int(np.argmin(np.abs(np.log(v) - np.log(centres)))) for key, v in value.items()}
+    return rows, names
 
 
 def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
@@ -223,10 +242,9 @@ def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
         *curves,
         *(f"{c} - {grid.baseline} (%)" for c in others),
     )
-    low, high = grid.depths
-    for curve, change in grid.gap_change.items():  # the last rows: each variant's gap trend over the columns
-        trend: list[Cell] = [f"change {low} -> {high} layers", "", "", "", *[""] * len(curves)]
-        trend += [change.text(3) if c == curve else "" for c in others]
+    for curve, gap in grid.gap_change.items():  # the last rows: each variant's gap trend over the columns
+        trend: list[Cell] = [f"change {gap.depths[0]} -> {gap.depths[1]} layers", "", "", "", *[""] * len(curves)]
+        trend += [gap.change.text(3) if c == curve else "" for c in others]
         rows.append(tuple(trend))
     what = (
         "the architecture sweep (one parameter count, one compute): each cell's loss per curve (mean over seeds at "

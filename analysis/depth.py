@@ -8,7 +8,8 @@ the ordinary least-squares line of g on x (and of ln M on x), stated as its chan
 independently, so everything that moves one depth's gap (its seeds, its learning-rate envelope, a stalled run) is
 in the residuals; a bias shared by every depth moves the level of the line, not its slope. It needs 3 depths (one
 degree of freedom: a very wide interval); read it from 5. The gap needs no fitted law; M_k uses the baseline law's
-local slope, which on a fixed-width ladder is fitted across depths (docs/analysis.md, "The depth trend").
+local slope, which on a fixed-width ladder is fitted across depths, so the trend of M is given as a point estimate
+(the slope's error tilts every M_k's line at once; docs/analysis.md, "The depth trend").
 
 Pure numpy/scipy; never imports torch.
 """
@@ -56,7 +57,9 @@ class DepthTrend:
     """The least-squares trend of the gap and of ln M over the depths of a fixed-width ladder.
 
     ``gap_change``: the fitted gap at the deepest size minus at the shallowest, in points of % (> 0: the
-    variant's advantage grows with depth); ``m_ratio``: the fitted M at the deepest size over M at the shallowest;
+    variant's advantage grows with depth); ``m_ratio``: the fitted M at the deepest size over M at the shallowest,
+    a point estimate (an error in the baseline law's slope rescales every M_k at once and so tilts their line
+    without showing in its residuals: a t interval from them would claim too much);
     ``gap_at``: the fitted gap at the shallowest and the deepest size; ``residual_sd``: the scatter of the gaps
     about their line (% of loss), the per-depth noise the interval is built from."""
 
@@ -75,7 +78,7 @@ class DepthTrend:
     def verdict(self) -> str:
         """What the interval of the gap's change says, in words."""
         if not self.gap_change.has_interval:
-            return "no interval (fewer than 3 depths, or --n-boot 0)"
+            return "no interval (--n-boot 0: point estimates only)"
         if self.gap_change.low > 0:
             return "the advantage grows with depth"
         if self.gap_change.high < 0:
@@ -103,14 +106,15 @@ def depth_trend(
     if paired is None:
         return None
     by_name = {s.budget: s for s in paired.sizes}
+    keys = study.data[label].budget_keys
+    if not all(isinstance(key, tuple) and len(key) == 3 for key in keys):
+        return None
+    widths = {int(key[1]) for key in keys}  # every size of the curve, paired or not: one width
     found = []
-    for key in study.data[label].budget_keys:
-        if not (isinstance(key, tuple) and len(key) == 3):
-            return None
+    for key in keys:
         size = by_name.get(budget_name(key, math.nan))
         if size is not None:
             found.append((int(key[0]), int(key[1]), size))
-    widths = {d for _, d, _ in found}
     depths = [n for n, _, _ in found]
     if len(widths) != 1 or len(set(depths)) != len(depths) or len(depths) < MIN_DEPTHS:
         return None
@@ -119,8 +123,8 @@ def depth_trend(
     x = np.array([p.sublayers for p in points], dtype=float)
     span = float(x[-1] - x[0])
     gap, fitted_gap, resid_sd = line_change(x, np.array([p.gap for p in points]), span, level, interval)
-    log_m, _, _ = line_change(x, np.log([p.multiplier for p in points]), span, level, interval)
-    m_ratio = Estimate(math.exp(log_m.value), math.exp(log_m.low), math.exp(log_m.high), level)
+    log_m, _, _ = line_change(x, np.log([p.multiplier for p in points]), span, level, interval=False)
+    m_ratio = Estimate(math.exp(log_m.value), level=level)
     return DepthTrend(widths.pop(), points, gap, m_ratio, fitted_gap, resid_sd)
 
 

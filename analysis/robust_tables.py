@@ -199,17 +199,9 @@ def depth_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None
     what = (
         "the depth trend (one width, only depth moves): the paired gap 100 (ln L_base - ln L_var) at each depth, "
         "> 0 where the variant's loss is lower, and its least-squares line over the depths; the trend is the line's "
-        "change from the shallowest to the deepest size (gap: points of %; M: the ratio of the line's M at the two "
-        "ends) with a t-interval on the depths' scatter about the line"
+        "change from the shallowest to the deepest size (gap: points of %, with a t-interval on the depths' scatter "
+        "about the line; M: the ratio of the line's M at the two ends, a point estimate)"
     )
-    header = ("variant", "size", "sublayers", "gap (%)", "M", "reading")
-    if has_intervals(settings):
-        header = (
-            "variant",
-            "size",
-            "sublayers",
-            with_interval("gap (%)", settings),
-            with_interval("M", settings),
-            "reading",
-        )
+    gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
+    header = ("variant", "size", "sublayers", gap, "M", "reading")
     return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.architecture import architecture_grid
+from analysis.architecture import ArchitectureGrid, architecture_grid
 from analysis.bootstrap import Estimate, estimate
 from analysis.checks import check_budget_ranges, check_variant_names, did_you_mean, missing_seeds
 from analysis.depth import depth_trend
@@ -261,6 +261,28 @@ def _frontier_multipliers(
     found, more = frontier_multipliers(points, chinchilla, settings.baseline, settings.level, variants)
     notes += more
     return found
+
+
+def _architecture_sweep(sweep: str, runs: pd.DataFrame, grid: ArchitectureGrid) -> SweepFit:
+    """An architecture sweep's fit: its cells (:mod:`analysis.architecture`), no curve, no multiplier."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        points = select_points(runs)  # per shape, pooling head counts: kept for the runs' provenance only
+    note = "an architecture sweep (one parameter count, one compute): no scaling law; its cells are above"
+    return SweepFit(
+        sweep,
+        flop_conventions(runs),
+        False,
+        (),
+        None,
+        (),
+        {},
+        (note,),
+        points,
+        missing_seeds=(),
+        curve_variants=curve_variants(points),
+        architecture=grid,
+    )
 
 
 def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> SweepFit:
@@ -539,30 +561,24 @@ def fit_results(
     # a sweep with several training lengths per size is fitted once per length (analysis.slices)
     sliced = {name: slices(name, runs[runs["sweep"] == name]) for name in names}
     parts = [(name, label, part) for name in names for label, part in sliced[name]]
-    prepared = [(name, part, prepare_sweep(part, label, settings)) for name, label, part in parts]
+    # an architecture sweep (one parameter count, one compute) has no law to fit and no frontier to find: its cells
+    # are the result, read before any point is chosen (a check meant for a ladder must not stop it)
+    grids = [
+        architecture_grid(part, settings.baseline, settings.select, settings.level, settings.n_boot > 0)
+        for _, _, part in parts
+    ]
+    prepared = [
+        (name, part, prepare_sweep(part, label, settings) if grid is None else label)
+        for (name, label, part), grid in zip(parts, grids)
+    ]
     fits = []
-    for i, (name, part, p) in enumerate(prepared):
+    for i, ((name, part, p), grid) in enumerate(zip(prepared, grids)):
         belongs = tuple(path.path for path in unreadable if may_belong(path, name, results))
-        stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
-        grid = architecture_grid(part, settings.baseline, settings.select, settings.level, settings.n_boot > 0)
         if grid is None:
+            stalls = find_stalls(results.root, labelled(part), runs, margin=settings.stall_margin)
             fitted = _fit_sweep(p, settings, sweep_folders(results.root, part), stalls)
-        else:  # one parameter count and one compute: no law to fit, no frontier to find; the cells are the result
-            note = "an architecture sweep (one parameter count, one compute): no scaling law; its cells are above"
-            variants = curve_variants(p.points)
-            fitted = SweepFit(
-                p.sweep,
-                p.conventions,
-                False,
-                (),
-                None,
-                (),
-                {},
-                (note,),
-                p.points,
-                curve_variants=variants,
-                architecture=grid,
-            )
+        else:
+            fitted = _architecture_sweep(p, part, grid)
         fits.append(replace(fitted, unreadable=belongs))
         last_slice = i + 1 == len(prepared) or prepared[i + 1][0] != name
         if last_slice and len(sliced[name]) > 1 and settings.chinchilla:  # then the whole sweep as one surface

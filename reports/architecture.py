@@ -47,8 +47,8 @@ def plot_architecture(report: FitReport, sweep: str | None = None) -> Figure:
     gaps = {curve: _matrix(grid, curve, depths, rows, "gap_pct") for curve in others}
     low = min(np.nanmin(m) for m in losses.values())
     high = max(np.nanmax(m) for m in losses.values())
-    widths = {c.n_layer: c.d_model for c in grid.of(curves[0])}
-    col_labels = [f"L{n}\nd/L {widths[n] / n:.3g}" for n in depths]
+    widths = {n: sorted({c.d_model for c in grid.cells if c.n_layer == n}) for n in depths}
+    col_labels = [f"L{n}\nd/L {'~' if len(widths[n]) > 1 else ''}{np.median(widths[n]) / n:.3g}" for n in depths]
     panels = len(curves) + len(others)
     with rc_context():
         fig, axes = plt.subplots(1, panels, figsize=(3.3 * panels + 0.8, 0.55 * rows + 2.6), squeeze=False)
@@ -65,8 +65,8 @@ def plot_architecture(report: FitReport, sweep: str | None = None) -> Figure:
             _annotate(ax, gaps[curve], "{:+.2f}")
             title = f"{variant_label(curve)} - {variant_label(grid.baseline)}, %"
             if curve in grid.gap_change:
-                low_n, high_n = grid.depths
-                title += f"\nchange L{low_n} -> L{high_n}: {grid.gap_change[curve].text(3)}"
+                gap = grid.gap_change[curve]
+                title += f"\nchange L{gap.depths[0]} -> L{gap.depths[1]}: {gap.change.text(3)}"
             _axes(ax, col_labels, grid.row_names, title)
             fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
         params = np.median([c.params for c in grid.cells])

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from reports.context import ReportContext
 from reports.document import Heading, Paragraph
 from reports.section import Section
-from reports.sweep_figures import sweep_figures
+from reports.sweep_figures import shape_figures, sweep_figures
 from reports.sweep_fits import fit_blocks
 from reports.sweep_tables import sweep_tables
 
@@ -20,6 +20,15 @@ if TYPE_CHECKING:  # pragma: no cover
 def sweep_section(ctx: ReportContext, sweep: str) -> Section:
     """A sweep's fits, figures and tables, with the files they wrote and what was skipped."""
     sw = ctx.fit.sweep(sweep)
+    if sw.architecture is not None:  # its cells are the result: the per-size figures and tables would pool heads
+        figures = Section.join(shape_figures(ctx, sw))
+        return Section.join(
+            [
+                Section([Heading(f"Sweep `{sweep}`", 2), _sweep_summary(ctx, sw), *fit_blocks(ctx, sw)]),
+                Section([Heading("Figures", 3)]),
+                figures,
+            ]
+        )
     figures = Section.join(sweep_figures(ctx, sw))
     if not figures.figures:
         figures.blocks.append(Paragraph("No figure could be drawn for this sweep; see Skipped."))

@@ -3,10 +3,10 @@ one compute budget, instead of a ladder of sizes.
 
     ladder:
       architecture:
-        params: 110e3                 # non-embedding parameters of every cell's baseline model
-        depths: [2, 3, 4, 6]          # n_layer of each column; d_model follows from the parameter count
+        params: 114e3                 # non-embedding parameters of every cell's baseline model
+        depths: [2, 3, 4, 5]          # n_layer of each column; d_model follows from the parameter count
         heads_per_layer: [0.5, 1]     # n_head = h x n_layer rounded half up (at least 1) per row; or heads: [2, 4]
-        tolerance: 0.1                # every cell's parameters, and its training compute, within 10 %
+        tolerance: 0.1                # every cell's parameters, and its training compute, within 10 % (at most 0.2)
 
 At a fixed parameter count N ~ 12 n_layer d_model^2, the paper's axes d_model / L_b and H / L_b are depth and heads
 per layer: a column of cells is one depth (deeper is narrower), a row one number of heads per layer. Each cell's
@@ -31,6 +31,7 @@ from sweeps.specs import PlannedRun
 
 WHERE = "ladder.architecture."
 SECTION = "ladder.architecture"
+MAX_TOLERANCE = 0.2  # (1 + 0.2) / (1 - 0.2) = 1.5, the factor analysis.architecture reads a sweep as one within
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,12 @@ def read_architecture(value: Any, model_defaults: Mapping[str, Any]) -> Architec
     if bool(spec.heads) == bool(spec.heads_per_layer):
         raise ConfigError(
             f"{SECTION}: give the rows as heads (n_head) or as heads_per_layer (n_head / n_layer), one of the two"
+        )
+    if spec.tolerance > MAX_TOLERANCE:
+        raise ConfigError(
+            f"{WHERE}tolerance {spec.tolerance:g} is more than {MAX_TOLERANCE:g}: cells that far apart in parameters "
+            "or compute are not one architecture sweep (attnres fit reads a sweep as one where both stay within a "
+            "factor 1.5); choose depths and heads that fit, or train them as a ladder"
         )
     if len(set(spec.depths)) != len(spec.depths):
         raise ConfigError(f"{WHERE}depths: {list(spec.depths)} lists a depth twice; list each once")

@@ -49,7 +49,8 @@ def test_the_cells_and_each_curves_best_cell_are_read_back(tree):
         assert c.gap_pct == pytest.approx(100 * math.log(c.loss / base[key].loss))
     # Block's loss is 0.4 % x ((n - 4)^2 - (n - 3)^2) lower than the baseline's at depth n, beside its constant M:
     # its gap falls by 0.8 points a layer, 2.4 from 2 to 5 layers
-    assert grid.gap_change["block"].value == pytest.approx(-2.4, abs=1e-6)
+    assert grid.gap_change["block"].change.value == pytest.approx(-2.4, abs=1e-6)
+    assert grid.gap_change["block"].depths == (2, 5)
 
 
 def test_the_fit_prints_and_saves_the_cells(tree):
@@ -82,3 +83,34 @@ def test_the_report_draws_the_heatmaps(tree, tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Architecture cells" in text and "Loss over depth and heads at one size and one compute" in text
     assert np.isfinite([c.loss for c in summary.fit.sweeps[0].architecture.cells]).all()
+
+
+def test_a_missing_cell_leaves_a_hole_and_the_trend_names_its_own_depths(tmp_path):
+    """Without the baseline at 5 layers and without Block's 2-head cell at 3 layers: the rows stay the head counts
+    (the 4-head cell at 3 layers is not moved down), and Block's trend runs over the depths it has a gap at."""
+    import shutil
+
+    import reports
+
+    tree = write_synthetic_results(
+        tmp_path / "holes",
+        multipliers={"baseline": 1.0, "block": 1.1},
+        budgets=[6.5e11],
+        shapes=SHAPES,
+        best_depth={"baseline": 3, "block": 4},
+        seeds=1,
+        tables=False,
+    )
+    gone = tree.runs.query(
+        "(variant == 'baseline' and n_layer == 5) or (variant == 'block' and n_layer == 3 and n_head == 2)"
+    )
+    for path in gone["path"]:
+        shutil.rmtree(tree.root / path)
+    grid = architecture_grid(load_results(tree.root, tables=()).runs, "baseline")
+    assert grid.row_names == ("1 head", "2 heads", "4 heads")
+    assert {(c.n_layer, c.n_head): c.row for c in grid.of("block")}[(3, 4)] == 2
+    assert grid.gap_change["block"].depths == (2, 4)  # no baseline at 5: no gap there
+    assert grid.gap_change["block"].change.value == pytest.approx(-1.6, abs=1e-6)
+    summary = reports.build_report(tree.root, tmp_path / "out", formats=("png",), n_boot=0, strict=True)
+    assert "architecture" in {f.name for f in summary.figures}
+    assert "change 2 -> 4 layers" in (tmp_path / "out" / "report.md").read_text()

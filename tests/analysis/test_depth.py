@@ -46,6 +46,7 @@ def test_the_trend_reads_back_a_known_growth_exactly(tmp_path):
     assert [p.n_layer for p in trend.points] == list(DEPTHS)
     assert trend.gap_change.value == pytest.approx(TRUE_CHANGE, rel=1e-3)
     assert trend.m_ratio.value == pytest.approx(math.exp(GROWTH * SPAN), rel=2e-3)
+    assert not trend.m_ratio.has_interval  # the law's slope tilts every depth's M at once: no residual interval
     assert trend.residual_sd == pytest.approx(0, abs=1e-6)
     assert trend.verdict() == "the advantage grows with depth"
     # each depth's M is the true one
@@ -92,7 +93,7 @@ def test_without_a_bootstrap_the_trend_is_a_point_estimate(tmp_path):
     report = fit_results(tree.root, n_boot=0, chinchilla=False)
     trend = report.sweeps[0].multiplier("block").depth
     assert trend.gap_change.value == pytest.approx(TRUE_CHANGE, rel=1e-3)
-    assert not trend.gap_change.has_interval and trend.verdict().startswith("no interval")
+    assert not trend.gap_change.has_interval and trend.verdict().startswith("no interval (--n-boot 0")
     assert depth_trend(None, "block", None, 0.9) is None  # no paired M: nothing to trend
     assert np.isfinite(trend.gap_at).all()
 

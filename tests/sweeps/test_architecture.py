@@ -68,6 +68,7 @@ def test_the_shipped_study_grid_loads():
         ),
         ({"architecture": {"heads_per_layer": [0.5]}}, ["give the rows as heads (n_head) or as heads_per_layer"]),
         ({"architecture": {"depths": [2, 2]}}, ["lists a depth twice"]),
+        ({"architecture": {"tolerance": 0.3}}, ["tolerance 0.3 is more than 0.2", "not one architecture sweep"]),
         ({"architecture": {"params": -1}}, ["ladder.architecture.params"]),
         (  # a token budget gives every cell the same tokens: the deep cells' attention makes their compute differ
             {
