@@ -150,7 +150,7 @@ def test_fit_with_the_seeds_bootstrap_reproduces_the_cpu_small_column_and_marks_
     assert all(m.interval == "budgets" and m.reliable for m in default.multipliers)
 
 
-@pytest.mark.parametrize("study", ["cpu_small", "cpu_wsd"])
+@pytest.mark.parametrize("study", ["cpu_small", "cpu_wsd", "cpu_envelope", "cpu_muon", "cpu_depth", "cpu_architecture"])
 def test_the_committed_report_is_the_report_of_the_committed_results(study):
     import json
 
@@ -262,3 +262,51 @@ def test_fit_reproduces_the_cpu_muon_table_and_its_comparison():
     for line in printed.getvalue().splitlines():
         if "mean over" in line:
             assert line.split(": ", 1)[1].split(" (")[0] in page, line  # "0.984 [0.874, 1.107]" quoted on the page
+
+
+DEPTH = ROOT / "studies" / "cpu_depth"
+needs_depth = pytest.mark.skipif(not (DEPTH / "results" / "cpu_depth").is_dir(), reason="studies/cpu_depth is not here")
+
+
+@needs_depth
+def test_fit_reproduces_the_cpu_depth_trend_table():
+    """The page's table of the paired gap per depth and its trend, per training length, as `attnres fit --lr
+    envelope` prints it, and the trends its first lines quote."""
+    from analysis import fit_results
+    from analysis.robust_tables import depth_table
+
+    report = fit_results(DEPTH / "results", lr="envelope", chinchilla=False)
+    page = (DEPTH / "README.md").read_text()
+    expected = [
+        [f"{tpp} tokens/param", *map(str, row[1:])]
+        for tpp in (8, 16)
+        for row in depth_table(report.sweep(f"cpu_depth@{tpp}tpp"), report.settings).rows
+    ]
+    assert table_rows(page, r"\d+ tokens/param") == expected
+    head = page[: page.index("## Why this design")]
+    for tpp in (8, 16):
+        trend = report.sweep(f"cpu_depth@{tpp}tpp").multiplier("block").depth
+        assert trend is not None and trend.span == (8, 24)
+        assert trend.gap_change.text(3) in head, tpp
+
+
+ARCH = ROOT / "studies" / "cpu_architecture"
+needs_arch = pytest.mark.skipif(not (ARCH / "results").is_dir(), reason="studies/cpu_architecture is not here")
+
+
+@needs_arch
+def test_fit_reproduces_the_cpu_architecture_cells():
+    """The page's table of the cells (both curves' losses, the best cells, the gaps and Block's gap trend) as
+    `attnres fit` prints it."""
+    from analysis import fit_results
+    from analysis.architecture import architecture_table
+
+    report = fit_results(ARCH / "results", chinchilla=False)
+    grid = report.sweep("cpu_architecture").architecture
+    assert grid is not None and len(grid.cells) == 32
+    page = (ARCH / "README.md").read_text()
+    expected = [list(map(str, row)) for row in architecture_table(grid).rows]
+    assert table_rows(page, r"\d|change .*") == expected
+    head = page[: page.index("## Why this design")]
+    assert grid.best("baseline").name in head and grid.best("block").name in head
+    assert grid.gap_change["block"].change.text(3) in head
