@@ -24,7 +24,6 @@ import pandas as pd
 from analysis.bootstrap import Estimate, json_number
 from analysis.depth import line_change
 from analysis.select import aggregate_losses, curve_labels, finished_runs
-from analysis.table_format import Cell, FitTable
 
 # a sweep whose parameters (and FLOPs) span less than this factor, with several depths and head counts, is one: a
 # grid's tolerance is at most 0.2 (sweeps/architecture.py), and 1.2 / 0.8 = 1.5; a scaling ladder spans far more
@@ -211,46 +210,3 @@ def _rows(heads: pd.DataFrame) -> tuple[dict[tuple[int, int], int], tuple[str, .
         value = {(n, h): h / n for n, h in zip(heads["n_layer"], heads["n_head"])}
     rows = {key: int(np.argmin(np.abs(np.log(v) - np.log(centres)))) for key, v in value.items()}
     return rows, names
-
-
-def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
-    """One row per (depth, heads) cell: its shape, every curve's loss (the best cell of each marked *), and each
-    variant's gap to the baseline there."""
-    if grid is None:
-        return FitTable((), ())
-    curves = grid.curves
-    others = [c for c in curves if c != grid.baseline]
-    by = {(c.curve, c.n_layer, c.row): c for c in grid.cells}
-    best = {curve: grid.best(curve).name for curve in curves}
-    shapes = sorted({(c.n_layer, c.row) for c in grid.cells})
-    rows: list[tuple[Cell, ...]] = []
-    for n_layer, row in shapes:
-        first = next(by[(curve, n_layer, row)] for curve in curves if (curve, n_layer, row) in by)
-        cells: list[Cell] = [first.n_layer, first.d_model, first.n_head, f"{first.d_model / first.n_layer:.3g}"]
-        for curve in curves:
-            c = by.get((curve, n_layer, row))
-            cells.append("" if c is None else f"{c.loss:.4f}" + (" *" if c.name == best[curve] else ""))
-        for curve in others:
-            c = by.get((curve, n_layer, row))
-            cells.append("" if c is None or np.isnan(c.gap_pct) else f"{c.gap_pct:+.2f}")
-        rows.append(tuple(cells))
-    header = (
-        "n_layer",
-        "d_model",
-        "n_head",
-        "d_model / n_layer",
-        *curves,
-        *(f"{c} - {grid.baseline} (%)" for c in others),
-    )
-    for curve, gap in grid.gap_change.items():  # the last rows: each variant's gap trend over the columns
-        trend: list[Cell] = [f"change {gap.depths[0]} -> {gap.depths[1]} layers", "", "", "", *[""] * len(curves)]
-        trend += [gap.change.text(3) if c == curve else "" for c in others]
-        rows.append(tuple(trend))
-    what = (
-        "the architecture sweep (one parameter count, one compute): each cell's loss per curve (mean over seeds at "
-        "the best rate; * the curve's best cell) and each variant's gap to the baseline in the same cell, "
-        "100 (ln L_var - ln L_base), < 0 where the variant's loss is lower; last, the gap's least-squares change "
-        "from the shallowest to the deepest column over every cell, with a t interval (< 0: the variant gains more "
-        "from depth than the baseline)"
-    )
-    return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

@@ -170,38 +170,3 @@ def stall_texts(sw: SweepFit) -> tuple[FitText, ...]:
             text = f"M = {m.without_stalls.text(3)} without the flagged runs (with them {m.multiplier.text(3)})"
             out.append(FitText(f"{m.variant}: {text}", f"`{m.variant}`: {text}."))
     return tuple(out)
-
-
-def depth_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
-    """On a fixed-width depth ladder (:mod:`analysis.depth`): per variant, the paired gap and M at each depth,
-    then the least-squares trend over the ladder with its t-interval over depths and what it says."""
-    ms = [m for m in ordered_multipliers(sw, order) if m.depth is not None]
-    if not ms:
-        return FitTable((), ())
-    rows: list[tuple[Cell, ...]] = []
-    for m in ms:
-        t = m.depth
-        for p in t.points:
-            rows.append(
-                (m.variant, f"L{p.n_layer}-d{t.d_model}", p.sublayers, f"{p.gap:+.2f}", number(p.multiplier, 3), "")
-            )
-        low, high = t.span
-        rows.append(
-            (
-                m.variant,
-                f"trend {low} -> {high} sublayers",
-                "",
-                f"{t.gap_change.text(3)} points",
-                f"x {t.m_ratio.text(3)}",
-                f"{t.verdict()} (residual sd {t.residual_sd:.2f} %)",
-            )
-        )
-    what = (
-        "the depth trend (one width, only depth moves): the paired gap 100 (ln L_base - ln L_var) at each depth, "
-        "> 0 where the variant's loss is lower, and its least-squares line over the depths; the trend is the line's "
-        "change from the shallowest to the deepest size (gap: points of %, with a t-interval on the depths' scatter "
-        "about the line; M: the ratio of the line's M at the two ends, a point estimate)"
-    )
-    gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
-    header = ("variant", "size", "sublayers", gap, "M", "reading")
-    return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

@@ -18,16 +18,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from analysis.architecture import architecture_table
 from analysis.laws import OFFSET_POWER, POWER
 from analysis.robust_tables import (
-    depth_table,
     envelope_table,
     paired_table,
     protocol_cell_table,
     protocol_table,
     stall_texts,
 )
+from analysis.shape_tables import architecture_table, depth_table
 from analysis.table_format import (
     MISSING_SEEDS,
     NO_INTERVAL,

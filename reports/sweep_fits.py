@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analysis.architecture import architecture_table
 from analysis.robust_tables import (
-    depth_table,
     envelope_table,
     paired_table,
     protocol_cell_table,
     protocol_table,
     stall_texts,
 )
+from analysis.shape_tables import architecture_table, depth_table
 from analysis.stalls import has_seeds_to_compare
 from analysis.tables import (
     MISSING_SEEDS,

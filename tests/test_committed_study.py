@@ -276,7 +276,7 @@ def test_fit_reproduces_the_cpu_depth_trend_table():
     """The page's table of the paired gap per depth and its trend, per training length, as `attnres fit --lr
     envelope` prints it, and the trends its first lines quote."""
     from analysis import fit_results
-    from analysis.robust_tables import depth_table
+    from analysis.shape_tables import depth_table
 
     report = fit_results(DEPTH / "results", lr="envelope", chinchilla=False)
     page = (DEPTH / "README.md").read_text()
@@ -304,7 +304,7 @@ def test_fit_reproduces_the_cpu_architecture_cells():
     """The page's table of the cells (both curves' losses, the best cells, the gaps and Block's gap trend) as
     `attnres fit` prints it."""
     from analysis import fit_results
-    from analysis.architecture import architecture_table
+    from analysis.shape_tables import architecture_table
 
     report = fit_results(ARCH / "results", chinchilla=False)
     grid = report.sweep("cpu_architecture").architecture

@@ -1,0 +1,98 @@
+"""The tables of the studies of a model's shape, for ``attnres fit`` and the report alike
+(:class:`analysis.table_format.FitTable`): the depth trend of a fixed-width ladder (:mod:`analysis.depth`) and the
+cells of an architecture sweep (:mod:`analysis.architecture`).
+
+Pure Python; no I/O; never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis.table_format import Cell, FitTable, has_intervals, number, ordered_multipliers, with_interval
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis.architecture import ArchitectureGrid
+    from analysis.results import SweepFit
+    from analysis.settings import FitSettings
+
+
+def depth_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
+    """On a fixed-width depth ladder (:mod:`analysis.depth`): per variant, the paired gap and M at each depth,
+    then the least-squares trend over the ladder with its t-interval over depths and what it says."""
+    ms = [m for m in ordered_multipliers(sw, order) if m.depth is not None]
+    if not ms:
+        return FitTable((), ())
+    rows: list[tuple[Cell, ...]] = []
+    for m in ms:
+        t = m.depth
+        for p in t.points:
+            rows.append(
+                (m.variant, f"L{p.n_layer}-d{t.d_model}", p.sublayers, f"{p.gap:+.2f}", number(p.multiplier, 3), "")
+            )
+        low, high = t.span
+        rows.append(
+            (
+                m.variant,
+                f"trend {low} -> {high} sublayers",
+                "",
+                f"{t.gap_change.text(3)} points",
+                f"x {t.m_ratio.text(3)}",
+                f"{t.verdict()} (residual sd {t.residual_sd:.2f} %)",
+            )
+        )
+    what = (
+        "the depth trend (one width, only depth moves): the paired gap 100 (ln L_base - ln L_var) at each depth, "
+        "> 0 where the variant's loss is lower, and its least-squares line over the depths; the trend is the line's "
+        "change from the shallowest to the deepest size (gap: points of %, with a t-interval on the depths' scatter "
+        "about the line; M: the ratio of the line's M at the two ends, a point estimate)"
+    )
+    gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
+    header = ("variant", "size", "sublayers", gap, "M", "reading")
+    return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")
+
+
+def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
+    """One row per (depth, heads) cell: its shape, every curve's loss (the best cell of each marked *), and each
+    variant's gap to the baseline there."""
+    if grid is None:
+        return FitTable((), ())
+    curves = grid.curves
+    others = [c for c in curves if c != grid.baseline]
+    by = {(c.curve, c.n_layer, c.row): c for c in grid.cells}
+    best = {curve: grid.best(curve).name for curve in curves}
+    shapes = sorted({(c.n_layer, c.row) for c in grid.cells})
+    rows: list[tuple[Cell, ...]] = []
+    for n_layer, row in shapes:
+        first = next(by[(curve, n_layer, row)] for curve in curves if (curve, n_layer, row) in by)
+        cells: list[Cell] = [first.n_layer, first.d_model, first.n_head, f"{first.d_model / first.n_layer:.3g}"]
+        for curve in curves:
+            c = by.get((curve, n_layer, row))
+            cells.append("" if c is None else f"{c.loss:.4f}" + (" *" if c.name == best[curve] else ""))
+        for curve in others:
+            c = by.get((curve, n_layer, row))
+            cells.append("" if c is None or np.isnan(c.gap_pct) else f"{c.gap_pct:+.2f}")
+        rows.append(tuple(cells))
+    header = (
+        "n_layer",
+        "d_model",
+        "n_head",
+        "d_model / n_layer",
+        *curves,
+        *(f"{c} - {grid.baseline} (%)" for c in others),
+    )
+    for curve, gap in grid.gap_change.items():  # the last rows: each variant's gap trend over the columns
+        trend: list[Cell] = [f"change {gap.depths[0]} -> {gap.depths[1]} layers", "", "", "", *[""] * len(curves)]
+        trend += [gap.change.text(3) if c == curve else "" for c in others]
+        rows.append(tuple(trend))
+    what = (
+        "the architecture sweep (one parameter count, one compute): each cell's loss per curve (mean over seeds at "
+        "the best rate; * the curve's best cell) and each variant's gap to the baseline in the same cell, "
+        "100 (ln L_var - ln L_base), < 0 where the variant's loss is lower; last, the gap's least-squares change "
+        "from the shallowest to the deepest column over every cell, with a t interval (< 0: the variant gains more "
+        "from depth than the baseline)"
+    )
+    return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")
