@@ -59,7 +59,7 @@ def plot_depth_trend(report: FitReport, sweep: str | None = None) -> Figure:
         gap_ax.legend(fontsize=7, loc="best")
         m_ax.axhline(1, color="#888888", lw=0.8)
         m_ax.set_xlabel("depth (sublayers)")
-        m_ax.set_ylabel("paired M at this depth (> 1: the variant is worth more compute)")
+        m_ax.set_ylabel("paired M at this depth")
         m_ax.set_xticks(gap_ax.get_xticks())
         d_model = next(iter(trends.values())).d_model
         fig.suptitle(f"{sw.sweep}: the gap to the baseline against depth at d_model {d_model}", fontsize=10)

@@ -288,9 +288,12 @@ def test_fit_reproduces_the_cpu_depth_trend_table():
     assert table_rows(page, r"\d+ tokens/param") == expected
     head = page[: page.index("## Why this design")]
     for tpp in (8, 16):
-        trend = report.sweep(f"cpu_depth@{tpp}tpp").multiplier("block").depth
-        assert trend is not None and trend.span == (8, 24)
-        assert trend.gap_change.text(3) in head, tpp
+        block = report.sweep(f"cpu_depth@{tpp}tpp").multiplier("block")
+        assert block.depth is not None and block.depth.span == (8, 24)
+        assert block.depth.gap_change.text(3) in head, tpp
+        assert block.multiplier.text(3) in page and block.paired.mean.text(3) in page, tpp  # "The headline M"
+    edges = [c for tpp in (8, 16) for c in report.sweep(f"cpu_depth@{tpp}tpp").envelope.cells if c.edge]
+    assert len(edges) == 6 and "6 of the 20" in head
 
 
 ARCH = ROOT / "studies" / "cpu_architecture"
