@@ -23,7 +23,7 @@ import pandas as pd
 
 from analysis.bootstrap import Estimate, json_number
 from analysis.depth import line_change
-from analysis.select import aggregate_losses, curve_labels, finished_runs
+from analysis.select import aggregate_losses, best_rate, curve_labels, finished_runs
 
 # a sweep whose parameters (and FLOPs) span less than this factor, with several depths and head counts, is one: a
 # grid's tolerance is at most 0.2 (sweeps/architecture.py), and 1.2 / 0.8 = 1.5; a scaling ladder spans far more
@@ -141,9 +141,7 @@ def architecture_grid(
     rows, row_names = _rows(done[["n_layer", "n_head"]].drop_duplicates())
     found = []
     for (curve, n_layer, d_model, n_head), g in done.groupby(KEYS, sort=True):
-        by_lr = g.groupby("lr")["val_loss"]
-        score = {"mean": by_lr.mean, "median": by_lr.median, "best": by_lr.min}[select]()
-        lr = float(score.idxmin())
+        lr = float(best_rate(g, select))
         chosen = g[g["lr"] == lr]
         found.append(
             dict(

@@ -61,6 +61,12 @@ def aggregate_losses(losses: np.ndarray, method: str) -> float:
     return float(losses.mean() if method == "mean" else losses.min())
 
 
+def best_rate(group: pd.DataFrame, method: str) -> float:
+    """The learning rate of ``group``'s runs whose seeds do best: lowest mean, median or best ``val_loss``."""
+    by_lr = group.groupby("lr")["val_loss"]
+    return {"mean": by_lr.mean, "median": by_lr.median, "best": by_lr.min}[method]().idxmin()
+
+
 BUDGET_RTOL = 0.05  # runs whose FLOPs differ by less than this (relative) share a budget (steps are rounded)
 
 
@@ -130,9 +136,7 @@ def select_points(
     runs = runs.assign(curve=curve_labels(runs), val_loss=pd.to_numeric(runs["val_loss"]))
     rows = []
     for key, group in runs.groupby(["sweep", "curve", "n_layer", "d_model", "tokens"], sort=True):
-        by_lr = group.groupby("lr")["val_loss"]
-        score = {"mean": by_lr.mean, "median": by_lr.median, "best": by_lr.min}[method]()
-        lr = score.idxmin()
+        lr = best_rate(group, method)
         if rates is not None:
             lr = _rate_of(rates, key, group, lr)
         chosen = group[group["lr"] == lr].sort_values("run_id")
