@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,14 +126,30 @@ def test_two_preparations_started_together_build_it_once(tmp_path):
     out = tmp_path / "out"
     args = (str(src), "--tokenizer", "bpe:400", "--unit-mib", "0.1", "--out", str(out))
     first = run_prepare(*args)
-    while not (out / "prepare.json").exists():  # the first holds the lock: the second starts mid-build
+    while not (out / "prepare.json").exists():  # the first holds the lock
         assert first.poll() is None
         time.sleep(0.01)
-    second = run_prepare(*args)
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in (first, second)]
+    # Pause the first mid-build until the second says it waits: on a slow machine the first could otherwise finish
+    # before the second has even imported, and the second would find the work done without ever waiting.
+    first.send_signal(signal.SIGSTOP)
+    try:
+        assert first.poll() is None and not (out / MANIFEST).exists()
+        second = run_prepare(*args)
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(line for line in second.stderr), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 120
+        while not any("waiting for" in line for line in said):
+            assert second.poll() is None and time.monotonic() < deadline, said
+            time.sleep(0.01)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    results = [(first.wait(timeout=300), first.stderr.read()), (second.wait(timeout=300), "")]
+    reader.join(timeout=60)  # the rest of the second's stderr
+    results[1] = (results[1][0], "".join(said))
     assert [rc for rc, _ in results] == [0, 0], results
-    waited = [err for _, err in results if "waiting for" in err]
-    assert len(waited) == 1 and "being prepared by pid" in waited[0]
+    assert "waiting for" not in results[0][1]
+    assert "being prepared by pid" in results[1][1]
     writers = {json.loads(p.read_text())["written_by"] for p in (tmp_path / "out" / "units").glob("*.json")}
     assert len(writers) == 1  # every unit (and so every shard) written by one of them, once
 
