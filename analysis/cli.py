@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if not any(sweep.curves for sweep in report.sweeps):
+    if not any(sweep.curves or sweep.architecture or sweep.one_shape for sweep in report.sweeps):
         print("attnres fit: no curve could be fitted (see the notes and problems above)", file=sys.stderr)
         return 1
     return 0

@@ -24,6 +24,7 @@ from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit
 from analysis.frontier import FrontierMultiplier
 from analysis.load import Problem
 from analysis.local import LocalMultiplier
+from analysis.one_shape import ShapeComparison
 from analysis.paired import PairedMultiplier
 from analysis.sensitivity import Sensitivity
 from analysis.settings import UNIT_NAMES, FitSettings
@@ -351,6 +352,7 @@ class SweepFit:
     protocol_cells: tuple[ProtocolCell, ...] = ()  # both protocols per (variant, size, budget), a grid that swept rates
     curve_variants: Mapping[str, Variant] = field(default_factory=dict, compare=False)  # of every curve in ``points``
     architecture: ArchitectureGrid | None = None  # the cells of an architecture sweep (analysis.architecture)
+    one_shape: ShapeComparison | None = None  # every curve against the baseline at a one-shape sweep's shape
 
     def curve(self, label: str) -> CurveResult:
         for c in self.curves:
@@ -404,6 +406,8 @@ class SweepFit:
             out["frontier_multipliers"] = [m.to_dict() for m in self.frontier_multipliers]
         if self.architecture is not None:
             out["architecture"] = self.architecture.to_dict()
+        if self.one_shape is not None:
+            out["one_shape"] = self.one_shape.to_dict()
         return out
 
 

@@ -1,6 +1,7 @@
 """The tables of the studies of a model's shape, for ``attnres fit`` and the report alike
-(:class:`analysis.table_format.FitTable`): the depth trend of a fixed-width ladder (:mod:`analysis.depth`) and the
-cells of an architecture sweep (:mod:`analysis.architecture`).
+(:class:`analysis.table_format.FitTable`): the depth trend of a fixed-width ladder (:mod:`analysis.depth`), the
+cells of an architecture sweep (:mod:`analysis.architecture`) and the curves of a one-shape sweep
+(:mod:`analysis.one_shape`).
 
 Pure Python; no I/O; never imports torch.
 """
@@ -16,6 +17,7 @@ from analysis.table_format import Cell, FitTable, has_intervals, number, ordered
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis.architecture import ArchitectureGrid
+    from analysis.one_shape import ShapeComparison
     from analysis.results import SweepFit
     from analysis.settings import FitSettings
 
@@ -95,4 +97,35 @@ def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
         "from the shallowest to the deepest column over every cell, with a t interval (< 0: the variant gains more "
         "from depth than the baseline)"
     )
+    return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")
+
+
+def one_shape_table(one: ShapeComparison | None, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
+    """A one-shape sweep (:mod:`analysis.one_shape`): every curve's loss and its paired gap to the baseline."""
+    if one is None:
+        return FitTable((), ())
+    gaps = {g.curve: g for g in one.gaps}
+    names = [c for c in (order or gaps) if c in gaps]
+    rows: list[tuple[Cell, ...]] = [(one.baseline, f"{one.baseline_loss:.4f}", "0", "", "", "")]
+    for c in names:
+        g = gaps[c]
+        rows.append((c, f"{g.loss:.4f}", g.gap.text(3), g.n_pairs, number(g.lr, 3), g.edge))
+    how = (
+        f"a {settings.level:.0%} Student t interval on {one.df} df: the paired seeds' scatter pooled over the "
+        f"curves ({one.seed_sd:.2f} points per seed)"
+        + (
+            f", and the error the envelope's parabola shares between seeds (residual sd {100 * one.curve_sd:.2f} %)"
+            if np.isfinite(one.curve_sd)
+            else ""
+        )
+        if has_intervals(settings) and one.df
+        else "no interval"
+    )
+    what = (
+        f"every curve at {one.shape}, {one.tokens / 1e6:.3g}M tokens (one shape and one budget: no scaling law): its "
+        f"loss and its gap to {one.baseline}, 100 (ln L_{one.baseline} - ln L), points of %, > 0 where the curve's "
+        f"loss is lower, the mean over the seeds both ran of the paired per-seed gap; {how}"
+    )
+    gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
+    header = ("curve", "loss", gap, "seeds", "lr", "edge")
     return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

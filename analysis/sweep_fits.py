@@ -47,6 +47,7 @@ from analysis.local import local_multipliers
 from analysis.metric import with_metric
 from analysis.models import law_arrays
 from analysis.multiplier import wall_clock_multiplier
+from analysis.one_shape import ONE_SHAPE, one_shape_comparison
 from analysis.paired import PairedMultiplier, agreement, paired_multiplier
 from analysis.points import PROTOCOLS, choose_points, labelled
 from analysis.results import (
@@ -116,7 +117,9 @@ def _fit_sweep(
     p, notes = prepared, prepared.notes
     variants = curve_variants(p.points)
     if not p.data:
-        notes.append("no curve could be fitted")
+        s = settings
+        one = one_shape_comparison(p.points, p.runs, p.envelopes, s.baseline, s.level, s.n_boot > 0)
+        notes.append("no curve could be fitted" if one is None else f"{ONE_SHAPE}: no law; the comparison is above")
         return SweepFit(
             p.sweep,
             p.conventions,
@@ -131,6 +134,7 @@ def _fit_sweep(
             envelope=p.envelopes,
             stalls=stalls,
             curve_variants=variants,
+            one_shape=one,
         )
     fitted = [d.label for d in p.data]
     throughput = sweep_throughput(p.points, folders, notes)

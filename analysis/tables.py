@@ -26,7 +26,7 @@ from analysis.robust_tables import (
     protocol_table,
     stall_texts,
 )
-from analysis.shape_tables import architecture_table, depth_table
+from analysis.shape_tables import architecture_table, depth_table, one_shape_table
 from analysis.table_format import (
     MISSING_SEEDS,
     NO_INTERVAL,
@@ -41,6 +41,7 @@ from analysis.table_format import (
     with_interval,
 )
 from analysis.throughput import implausible
+from attnres.variants import curve_order
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis.fit import JointPowerLawFit
@@ -423,6 +424,8 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
             out += [f"  {text.line}" for text in sensitivity_texts(sw)]
     if sw.architecture is not None:
         out += _table_lines(architecture_table(sw.architecture))
+    if sw.one_shape is not None:
+        out += _table_lines(one_shape_table(sw.one_shape, settings, curve_order([g.curve for g in sw.one_shape.gaps])))
     if sw.envelope is not None:
         out += _table_lines(envelope_table(sw))
     if sw.protocol_cells:

@@ -1,0 +1,228 @@
+"""Variants against the baseline at one model shape: the sweeps of the paper's block-size figure and ablation table
+(one size, one budget, many variants), where no scaling law can be fitted and the comparison is the result.
+
+Per curve, its gap to the baseline in points of %: g = 100 (ln L_base - ln L_curve), > 0 where the curve's loss is
+lower, the mean over the seeds both ran of the paired per-seed gap d_s (a seed fixes the batches, and the init of
+the parameters both models have). Each seed's loss is the point's: at the chosen rate, or, with ``--lr envelope``,
+the seed's fitted loss at its cell's envelope minimum (:mod:`analysis.envelope`).
+
+The interval is Student t on the pooled scatter of the paired gaps:
+
+    Var(g) = s^2 / S + cov_curve + cov_base,     s^2 = sum over curves and seeds (d_s - g)^2 / df,
+    df = sum over curves (S - 1)
+
+``s^2`` pools every curve's seed scatter (two seeds give each curve one degree of freedom of its own, far too few
+for an interval; the curves share the data, the shape and the recipe, so their seeds scatter alike). It holds each
+seed's init and batches and its own share of the envelope's fitting error. What it cannot see is the error the seeds
+of a cell share: the envelope fits one slope and one curvature per cell to all its seeds, so an error there moves
+them together. ``cov_curve`` is that shared part, the covariance of two seeds' fitted minima under the parabola's
+least-squares fit, sigma^2 w_s' (X'X)^-1 w_r (w_s: seed s's row at the minimum), with sigma^2 the residual variance
+about the parabolas pooled over the shape's cells. (The split parabola, ``--lr split``, adds no such term.)
+benchmarks/one_shape_power.py measures the interval's coverage with the noise measured in the CPU studies, a
+stalled seed included.
+
+Pure numpy/scipy/pandas; never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.bootstrap import Estimate, json_number
+from analysis.envelope import EnvelopeCell, Envelopes
+
+SHAPE_KEYS = ("n_layer", "d_model", "tokens")
+ONE_SHAPE = "one model shape and one budget"  # the notes' name for such a sweep
+
+
+@dataclass(frozen=True)
+class ShapeGap:
+    """One curve at the shape: its loss and its paired gap to the baseline (points of %, > 0: lower loss)."""
+
+    curve: str
+    loss: float
+    gap: Estimate
+    n_pairs: int
+    lr: float  # the rate its loss is read at (the envelope's minimum, or the chosen rate)
+    edge: str = ""  # "low" / "high": the envelope's minimum sits at that end of the swept rates
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curve": self.curve,
+            "loss": json_number(self.loss),
+            "gap": self.gap.to_dict(),
+            "n_pairs": self.n_pairs,
+            "lr": json_number(self.lr),
+            "edge": self.edge,
+        }
+
+
+@dataclass(frozen=True)
+class ShapeComparison:
+    """Every curve of a one-shape sweep against its baseline."""
+
+    n_layer: int
+    d_model: int
+    tokens: float
+    baseline: str
+    baseline_loss: float
+    gaps: tuple[ShapeGap, ...]  # every curve but the baseline
+    seed_sd: float  # s: the pooled sd of one paired seed's gap, points of %
+    df: int
+    curve_sd: float  # sigma: the residual sd about the envelopes' parabolas (nan without a local envelope)
+
+    @property
+    def shape(self) -> str:
+        return f"L{self.n_layer}-d{self.d_model}"
+
+    def gap(self, curve: str) -> ShapeGap:
+        for g in self.gaps:
+            if g.curve == curve:
+                return g
+        raise KeyError(f"no curve {curve!r} at {self.shape}; have: {[g.curve for g in self.gaps]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.shape,
+            "tokens": json_number(self.tokens),
+            "baseline": self.baseline,
+            "baseline_loss": json_number(self.baseline_loss),
+            "seed_sd": json_number(self.seed_sd),
+            "df": self.df,
+            "curve_sd": json_number(self.curve_sd),
+            "gaps": [g.to_dict() for g in self.gaps],
+        }
+
+
+def one_shape_comparison(
+    points: pd.DataFrame,
+    runs: pd.DataFrame,
+    envelopes: Envelopes | None,
+    baseline: str,
+    level: float,
+    interval: bool = True,
+) -> ShapeComparison | None:
+    """The comparison of a sweep whose points all sit at one (n_layer, d_model, tokens) with the baseline among
+    them and at least one other curve (None otherwise). ``runs``: the sweep's runs (their losses for the envelope's
+    residuals). ``interval=False``: point estimates only (``--n-boot 0``)."""
+    if points.empty or len(points.groupby(list(SHAPE_KEYS))) != 1:
+        return None
+    curves = [str(c) for c in dict.fromkeys(points["curve"])]
+    if baseline not in curves or len(curves) < 2:
+        return None
+    by_curve = {str(r.curve): r for r in points.itertuples()}
+    base = by_curve[baseline]
+    n_layer, d_model, tokens = int(base.n_layer), int(base.d_model), float(base.tokens)
+    cells = {c: envelopes.cell(c, n_layer, d_model, tokens) if envelopes is not None else None for c in curves}
+    local = [cell for cell in cells.values() if cell is not None and cell.shape == "local"]
+    sigma2 = _pooled_residual_variance(local, runs) if len(local) == len(curves) else math.nan
+    shared = {  # points of % squared
+        c: _shared_covariance(cell, float(by_curve[c].lr), runs) * sigma2 * 1e4
+        for c, cell in cells.items()
+        if cell is not None and math.isfinite(sigma2)
+    }
+    table = {c: _seed_losses(by_curve[c]) for c in curves}
+    effects, cov, df, s2 = _seed_blocks(table, curves)
+    gaps = []
+    for c in curves:
+        if c == baseline:
+            continue
+        r, cell = by_curve[c], cells[c]
+        n_pairs = len(set(table[c]) & set(table[baseline]))
+        if effects is None or c not in effects or baseline not in effects:  # no seeds: the points' losses
+            est = Estimate(100.0 * (math.log(float(base.loss)) - math.log(float(r.loss))), level=level)
+        else:
+            i, j = curves.index(baseline), curves.index(c)
+            value = effects[baseline] - effects[c]
+            est = Estimate(value, level=level)
+            var = s2 * (cov[i, i] + cov[j, j] - 2 * cov[i, j]) + shared.get(c, 0.0) + shared.get(baseline, 0.0)
+            if interval and df and math.isfinite(var):
+                from scipy.stats import t as student_t
+
+                half = float(student_t.ppf(0.5 + level / 2, df)) * math.sqrt(var)
+                est = Estimate(value, value - half, value + half, level)
+        gaps.append(ShapeGap(c, float(r.loss), est, n_pairs, float(r.lr), cell.edge if cell is not None else ""))
+    return ShapeComparison(
+        n_layer,
+        d_model,
+        tokens,
+        baseline,
+        float(base.loss),
+        tuple(gaps),
+        math.sqrt(2 * s2) if df else math.nan,
+        df,
+        math.sqrt(sigma2) if math.isfinite(sigma2) else math.nan,
+    )
+
+
+def _seed_losses(point: Any) -> dict[int, float]:
+    seeds, losses = point.run_seeds, point.run_losses
+    if seeds is None or losses is None or len(seeds) != len(losses):
+        return {}
+    return {int(s): float(v) for s, v in zip(seeds, losses)}
+
+
+def _seed_blocks(
+    table: dict[str, dict[int, float]], curves: list[str]
+) -> tuple[dict[str, float] | None, np.ndarray, int, float]:
+    """The additive model 100 ln L = curve effect + seed effect + error over every (curve, seed) that ran: each
+    curve's effect, the effects' covariance per unit error variance, the residual df and the error variance (None
+    when no curve has a seed)."""
+    seeds = sorted({s for losses in table.values() for s in losses})
+    cells = [(i, s, 100.0 * math.log(v)) for i, c in enumerate(curves) for s, v in sorted(table[c].items())]
+    if not cells:
+        return None, np.empty((0, 0)), 0, math.nan
+    design = np.zeros((len(cells), len(curves) + len(seeds) - 1))
+    for row, (i, s, _) in enumerate(cells):
+        design[row, i] = 1.0
+        k = seeds.index(s)
+        if k:  # the first seed is the reference level
+            design[row, len(curves) + k - 1] = 1.0
+    y = np.array([v for _, _, v in cells])
+    theta, *_ = np.linalg.lstsq(design, y, rcond=None)
+    rank = int(np.linalg.matrix_rank(design))
+    df = len(cells) - rank
+    s2 = float(np.sum((y - design @ theta) ** 2) / df) if df > 0 else math.nan
+    cov = np.linalg.pinv(design.T @ design)
+    present = {c for c in curves if table[c]}
+    return {c: float(theta[i]) for i, c in enumerate(curves) if c in present}, cov, max(df, 0), s2
+
+
+def _cell_design(cell: EnvelopeCell, runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The parabola's design (t^2, t, one column per seed) over the runs it was fitted to, and their log losses."""
+    g = runs[runs["run_id"].astype(str).isin(cell.run_ids)]
+    g = g[np.isin(g["lr"].astype(float).to_numpy(), cell.fitted)]
+    g = g[pd.to_numeric(g["seed"], errors="coerce").isin(cell.seeds)]
+    t = np.log(g["lr"].astype(float).to_numpy()) - cell.centre
+    seeds = pd.to_numeric(g["seed"]).astype(int).to_numpy()
+    design = np.column_stack([t * t, t] + [(seeds == s).astype(float) for s in cell.seeds])
+    return design, np.log(pd.to_numeric(g["val_loss"]).astype(float).to_numpy())
+
+
+def _pooled_residual_variance(cells: list[EnvelopeCell], runs: pd.DataFrame) -> float:
+    """Residual variance of log loss about the cells' fitted parabolas, pooled over the cells."""
+    squares, df = 0.0, 0
+    for cell in cells:
+        design, y = _cell_design(cell, runs)
+        theta = np.array([cell.curvature, cell.slope, *cell.levels])
+        squares += float(np.sum((y - design @ theta) ** 2))
+        df += design.shape[0] - design.shape[1]
+    return squares / df if df > 0 else math.nan
+
+
+def _shared_covariance(cell: EnvelopeCell, lr: float, runs: pd.DataFrame) -> float:
+    """The mean covariance of two different seeds' fitted log losses at ``lr`` (the point's rate), in units of the
+    residual variance (0 for one seed, or a fit that is not the local parabola)."""
+    n = len(cell.seeds)
+    if cell.shape != "local" or n < 2:
+        return 0.0
+    design, _ = _cell_design(cell, runs)
+    t = math.log(cell.clip(lr)[0]) - cell.centre
+    rows = np.column_stack([np.full(n, t * t), np.full(n, t), np.eye(n)])
+    cov = rows @ np.linalg.pinv(design.T @ design) @ rows.T
+    return float((cov.sum() - np.trace(cov)) / (n * (n - 1)))
