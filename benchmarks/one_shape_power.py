@@ -83,7 +83,8 @@ def one_study(rng, gaps, args, run_sd, seed_sd, stalled) -> tuple[np.ndarray, np
     return np.array([e.value for e in est]), low, high
 
 
-def scenario(name: str, args, run_sd: float, seed_sd: float, stalled: bool = False) -> None:
+def scenario(name: str, args, run_sd: float, seed_sd: float, stalled: bool = False) -> float:
+    """Print the scenario's coverage, half-width, error and power; return its coverage."""
     rng = np.random.default_rng(args.rng)
     gaps = np.concatenate([[0.0], np.linspace(0, 2, args.curves - 1)])
     covered, width, excludes, errors = [], [], [], []
@@ -102,9 +103,11 @@ def scenario(name: str, args, run_sd: float, seed_sd: float, stalled: bool = Fal
         f"{np.median(width):.2f} points; error sd {np.std(errors):.2f}; interval above 0 at a true gap "
         + ", ".join(f"{gaps[1:][i]:.2f}: {excludes[:, i].mean():.2f}" for i in at.values())
     )
+    return float(covered.mean())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Every scenario's coverage, by name (printed as it goes)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curves", type=int, default=16, help="curves, the baseline included (cpu_ablations: 16)")
     parser.add_argument("--rates", type=int, default=3, help="rates a factor 2 apart per curve")
@@ -113,7 +116,7 @@ def main() -> None:
     parser.add_argument("--shared", type=float, default=0.5, help="correlation of a seed's shift between curves")
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--rng", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     total = args.noise / 100 / math.sqrt(2)  # one curve's share of a seed's paired-gap noise
     seed_only = total / math.sqrt(1 - args.shared)
     # a run's noise reaches the envelope minimum roughly divided by sqrt(rates) (the seed's level is fitted to
@@ -123,10 +126,13 @@ def main() -> None:
         f"design: {args.curves} curves x {args.rates} rates x {args.seeds} seeds; per-seed paired-gap noise "
         f"{args.noise} points; {args.reps} simulated studies per scenario\n"
     )
-    scenario("per-run noise only", args, run_only, 0.0)
-    scenario("per-seed noise only", args, 0.0, seed_only)
-    scenario("half each", args, run_only / math.sqrt(2), seed_only / math.sqrt(2))
-    scenario("half each, a stalled seed", args, run_only / math.sqrt(2), seed_only / math.sqrt(2), stalled=True)
+    half = (run_only / math.sqrt(2), seed_only / math.sqrt(2))
+    return {
+        "per-run": scenario("per-run noise only", args, run_only, 0.0),
+        "per-seed": scenario("per-seed noise only", args, 0.0, seed_only),
+        "half": scenario("half each", args, *half),
+        "stalled": scenario("half each, a stalled seed", args, *half, stalled=True),
+    }
 
 
 if __name__ == "__main__":

@@ -150,6 +150,11 @@ def fmt_delta(v: Any) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.4f}"
 
 
+def fmt_gap(v: Any) -> str:
+    """A gap in points of % (two decimals, signed)."""
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.2f}"
+
+
 def fmt_count(v: Any) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else compact_int(v)
 

@@ -14,7 +14,7 @@ from analysis.robust_tables import (
     protocol_table,
     stall_texts,
 )
-from analysis.shape_tables import architecture_table, depth_table
+from analysis.shape_tables import architecture_table, depth_table, one_shape_table
 from analysis.stalls import has_seeds_to_compare
 from analysis.tables import (
     MISSING_SEEDS,
@@ -63,6 +63,17 @@ def fit_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
                 "law to fit; its result is the loss of each cell, below and in the heatmaps."
             )
         )
+    elif sw.one_shape is not None:
+        gaps = one_shape_table(sw.one_shape, ctx.settings, curve_order([g.curve for g in sw.one_shape.gaps]))
+        blocks += [
+            Paragraph(
+                "Every curve at one model shape and one budget: no scaling law can be fitted, and the result is each "
+                "curve's gap to the baseline at that shape."
+            ),
+            Heading("Gaps to the baseline at one shape", 3),
+            Paragraph(gaps.caption),
+            Table(gaps.frame()),
+        ]
     else:
         blocks.append(
             Paragraph(

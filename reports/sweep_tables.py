@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from reports import tables
-from reports.captions import chosen_points, fmt_count, fmt_delta, fmt_int, fmt_loss, fmt_sci
+from reports.captions import chosen_points, fmt_count, fmt_delta, fmt_gap, fmt_int, fmt_loss, fmt_sci
 from reports.context import ReportContext
 from reports.document import Block, Heading, Paragraph, Table
 from reports.section import Section, table
@@ -40,7 +40,7 @@ def sweep_tables(ctx: ReportContext, sw: SweepFit) -> list[Section]:
             ctx,
             "table4_ablations",
             sweep,
-            lambda: tables.ablation_table(runs, sweep=sweep, baseline=baseline, points=points),
+            lambda: tables.ablation_table(runs, sweep=sweep, baseline=baseline, points=points, one_shape=sw.one_shape),
             _show_ablation_table,
         )
     )
@@ -86,13 +86,21 @@ def _show_ablation_table(t4: pd.DataFrame) -> list[Block]:
         tables.PAPER_DELTA_COLUMN: fmt_delta,
         "N": fmt_int,
         "S": fmt_int,
+        **{c: fmt_gap for c in tables.GAP_COLUMNS},
     }
+    gaps = (
+        " With the fit's comparison at this shape: each row's gap to the baseline, 100 (ln L_baseline - ln L) in "
+        "points of %, > 0 where the row's loss is lower, with its interval (low, high; the fit's section says how "
+        "it is made), and the paper's gap in the same units."
+        if tables.GAP_COLUMNS[0] in t4.columns
+        else ""
+    )
     return [
         Heading("Table: ablations at one size (like the paper's Table 4)", 3),
         Paragraph(
             f"Every variant at {t4.attrs.get('shape')}: validation loss (nats/token), its difference from the "
             f"baseline, and the paper's difference from its baseline in its Table 4 ({tables.PAPER_TABLE4_SIZE} model, "
-            "their data), where the paper has the same variant; negative is better."
+            "their data), where the paper has the same variant; negative is better." + gaps
         ),
         Table(t4, formats),
     ]

@@ -23,10 +23,13 @@ from reports.style import compact_int, variant_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from analysis import FitReport, SweepFit
+    from analysis.one_shape import ShapeComparison
 
 PAPER_TABLE4_SIZE = compact_int(PAPER_TABLE4_PARAMS)  # "436M": the paper's model of its Table 4
 # the ablation table's column of the paper's differences from its baseline
 PAPER_DELTA_COLUMN = f"paper Δ ({PAPER_TABLE4_SIZE}, their data)"
+# a one-shape sweep's ablation table (analysis.one_shape): the gap, its interval and the paper's, points of %
+GAP_COLUMNS = ("gap (%)", "gap low", "gap high", "paper gap (%)")
 
 
 def describe_variant(curve: str) -> str:
@@ -214,12 +217,15 @@ def ablation_table(
     select_method: str = "mean",
     baseline: str = "baseline",
     points: pd.DataFrame | None = None,
+    one_shape: ShapeComparison | None = None,
 ) -> pd.DataFrame:
     """Like the paper's Table 4: every variant at the size with the most variants (ties: the largest FLOPs),
     one row each: variant, description, N, S, params (non-embedding), validation loss, its difference from
     the baseline, seeds, and the paper's difference from its baseline in its Table 4 (436M model, their data)
     where the paper has the same variant. Raises :class:`MissingData` when the sweep has no ablation.
-    ``points``: the fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    ``points``: the fit's points of the sweep (default: selected from ``runs`` by ``select_method``).
+    ``one_shape``: the fit's comparison of a one-shape sweep (:mod:`analysis.one_shape`); with it, each row also
+    has its gap to the baseline in points of % with its interval, and the paper's gap in the same units."""
     runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     if points.empty:
         raise MissingData("no finished runs")
@@ -253,7 +259,8 @@ def ablation_table(
                 "params (non-embedding)": float(r["params"]),
                 "loss": float(r["loss"]),
                 "Δ loss vs baseline": float(r["loss"]) - base_loss if c != baseline else 0.0,
-                "seeds": int(r["n_runs"]),
+                # an envelope's point holds every rate's runs: count its seeds, not its runs
+                "seeds": int(r["n_runs"]) if r["run_seeds"] is None else len(set(r["run_seeds"])),
                 PAPER_DELTA_COLUMN: (paper - PAPER_TABLE4_BASELINE)
                 if paper is not None
                 else (0.0 if c == baseline else math.nan),
@@ -262,6 +269,25 @@ def ablation_table(
     table = pd.DataFrame(rows)
     table["N"] = table["N"].astype("Int64")
     table["S"] = table["S"].astype("Int64")
+    if one_shape is not None and one_shape.baseline == baseline:
+        table = _with_gaps(table, one_shape)
     table.attrs["shape"] = Shape(int(key[0]), int(key[1]), int(key[2])).text()
     table.attrs["sweep"] = sweep
     return table
+
+
+def _with_gaps(table: pd.DataFrame, one_shape: ShapeComparison) -> pd.DataFrame:
+    """The ablation table with :data:`GAP_COLUMNS`: each row's gap to the baseline, 100 (ln L_base - ln L), with
+    its interval from the fit, and the paper's gap in the same units (> 0: lower loss than the baseline)."""
+    gaps = {g.curve: g.gap for g in one_shape.gaps}
+
+    def column(part: str) -> list[float]:
+        base = 0.0 if part == "value" else math.nan
+        return [base if c == one_shape.baseline else getattr(gaps.get(c), part, math.nan) for c in table["variant"]]
+
+    ours, low, high = column("value"), column("low"), column("high")
+    paper = [
+        math.nan if math.isnan(d) else 100 * (math.log(PAPER_TABLE4_BASELINE) - math.log(PAPER_TABLE4_BASELINE + d))
+        for d in table[PAPER_DELTA_COLUMN].astype(float)
+    ]
+    return table.assign(**dict(zip(GAP_COLUMNS, (ours, low, high, paper))))

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit_results
+from analysis import fit_results, load_results
 from analysis.envelope import envelope_points, fit_envelopes
 from analysis.one_shape import one_shape_comparison
 from analysis.tables import format_report
@@ -128,3 +128,22 @@ def test_the_cli_prints_and_saves_it_and_exits_0(tmp_path):
     report = fit_results(tree.root, lr="envelope", chinchilla=False, n_boot=0)
     assert "no interval" in format_report(report)
     assert not report.sweeps[0].one_shape.gap("full").gap.has_interval
+
+
+def test_the_reports_ablation_table_sets_each_gap_and_its_interval_beside_the_papers(tmp_path):
+    from reports.tables import GAP_COLUMNS, ablation_table
+
+    tree = _one_shape(tmp_path, noise=0.002)
+    sw = fit_results(tree.root, lr="envelope", chinchilla=False).sweeps[0]
+    runs = load_results(tree.root).runs
+    table = ablation_table(runs, sweep=sw.sweep, points=sw.points, one_shape=sw.one_shape).set_index("variant")
+    gap, low, high, paper = GAP_COLUMNS
+    for g in sw.one_shape.gaps:
+        assert (table.loc[g.curve, gap], table.loc[g.curve, low], table.loc[g.curve, high]) == (
+            g.gap.value,
+            g.gap.low,
+            g.gap.high,
+        )
+    assert table.loc["full", paper] == pytest.approx(100 * math.log(1.766 / 1.737))
+    assert table.loc["baseline", gap] == 0 and math.isnan(table.loc["baseline", low])
+    assert (table["seeds"] == 2).all()  # seeds, not the envelope's runs over 3 rates
