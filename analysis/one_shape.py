@@ -6,20 +6,26 @@ lower, the mean over the seeds both ran of the paired per-seed gap d_s (a seed f
 the parameters both models have). Each seed's loss is the point's: at the chosen rate, or, with ``--lr envelope``,
 the seed's fitted loss at its cell's envelope minimum (:mod:`analysis.envelope`).
 
-The interval is Student t on the pooled scatter of the paired gaps:
+The seeds are blocks of an additive model over every (curve, seed) that ran,
 
-    Var(g) = s^2 / S + cov_curve + cov_base,     s^2 = sum over curves and seeds (d_s - g)^2 / df,
-    df = sum over curves (S - 1)
+    100 ln L(curve, seed) = curve effect + seed effect + error,
 
-``s^2`` pools every curve's seed scatter (two seeds give each curve one degree of freedom of its own, far too few
-for an interval; the curves share the data, the shape and the recipe, so their seeds scatter alike). It holds each
-seed's init and batches and its own share of the envelope's fitting error. What it cannot see is the error the seeds
-of a cell share: the envelope fits one slope and one curvature per cell to all its seeds, so an error there moves
-them together. ``cov_curve`` is that shared part, the covariance of two seeds' fitted minima under the parabola's
-least-squares fit, sigma^2 w_s' (X'X)^-1 w_r (w_s: seed s's row at the minimum), with sigma^2 the residual variance
-about the parabolas pooled over the shape's cells. (The split parabola, ``--lr split``, adds no such term.)
-benchmarks/one_shape_power.py measures the interval's coverage with the noise measured in the CPU studies, a
-stalled seed included.
+and a curve's gap is the baseline's effect less its own (with every seed run by every curve: the mean of the paired
+per-seed gaps). Its interval is Student t on the model's residual df, (V - 1)(S - 1) for V curves and S seeds:
+
+    Var(g) = s^2 c' (X'X)^-1 c + cov_curve + cov_base
+
+Two seeds give one curve a single degree of freedom of its own (a t quantile of 6.3), so the error variance s^2 is
+pooled over the curves (they share the data, the shape and the recipe, so their seeds scatter alike); as a model,
+not a pooled scatter of paired gaps, because the baseline's own seed noise is in every curve's gap, one draw that a
+pooled scatter would count once per curve. s^2 holds each seed's init and batches and its own share of the
+envelope's fitting error. What it cannot see is the error the seeds of a cell share: the envelope fits one slope and
+one curvature per cell to all its seeds, so an error there moves them together. ``cov_curve`` is that shared part,
+the covariance of two seeds' fitted minima under the parabola's least-squares fit, sigma^2 w_s' (Z'Z)^-1 w_r (w_s:
+seed s's row of the design Z at the point's rate), sigma^2 the residual variance about the parabolas pooled over the
+shape's cells. (The split parabola, ``--lr split``, adds no such term.) benchmarks/one_shape_power.py measures the
+interval's coverage under the noise the CPU studies measured, a stalled seed included; docs/analysis.md,
+"One-shape sweeps", has the numbers and the one case it falls short in (the envelope's bias on asymmetric curves).
 
 Pure numpy/scipy/pandas; never imports torch.
 """

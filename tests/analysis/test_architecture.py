@@ -68,6 +68,13 @@ def test_the_fit_prints_and_saves_the_cells(tree):
     assert len(saved["cells"]) == 24
 
 
+def test_attnres_fit_on_an_architecture_sweep_exits_0(tree, tmp_path):
+    """Its result is the cells, not a curve: no "no curve could be fitted" error (it exited 1 before)."""
+    from analysis.cli import main
+
+    assert main(["fit", str(tree.root), "--n-boot", "0", "--out", str(tmp_path / "fit.json")]) == 0
+
+
 def test_a_scaling_ladder_is_not_an_architecture_sweep(tmp_path):
     ladder = write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.25}, tables=False)
     runs = load_results(ladder.root, tables=()).runs
