@@ -19,13 +19,15 @@ Two seeds give one curve a single degree of freedom of its own (a t quantile of 
 pooled over the curves (they share the data, the shape and the recipe, so their seeds scatter alike); as a model,
 not a pooled scatter of paired gaps, because the baseline's own seed noise is in every curve's gap, one draw that a
 pooled scatter would count once per curve. s^2 holds each seed's init and batches and its own share of the
-envelope's fitting error. What it cannot see is the error the seeds of a cell share: the envelope fits one slope and
-one curvature per cell to all its seeds, so an error there moves them together. ``cov_curve`` is that shared part,
-the covariance of two seeds' fitted minima under the parabola's least-squares fit, sigma^2 w_s' (Z'Z)^-1 w_r (w_s:
-seed s's row of the design Z at the point's rate), sigma^2 the residual variance about the parabolas pooled over the
-shape's cells. (The split parabola, ``--lr split``, adds no such term.) benchmarks/one_shape_power.py measures the
-interval's coverage under the noise the CPU studies measured, a stalled seed included; docs/analysis.md,
-"One-shape sweeps", has the numbers and the one case it falls short in (the envelope's bias on asymmetric curves).
+envelope's fitting error. What it cannot see is the error the seeds of a cell share, in two parts (``cov_curve``,
+``cov_base``, one per cell). The envelope fits one slope and one curvature per cell to all its seeds, so an error
+there moves them together: the first part is the covariance of two seeds' fitted minima under the parabola's
+least-squares fit, sigma^2 w_s' (Z'Z)^-1 w_r (w_s: seed s's row of the design Z at the point's rate), sigma^2 the
+residual variance about the parabolas pooled over the shape's cells. The second is the envelope's resolution: a
+parabola through three rates misreads the minimum of an asymmetric loss-rate curve by an amount that depends on where
+the best rate falls between the rates, the same for every seed; its sd is :data:`RESOLUTION` c h^2. (The split
+parabola, ``--lr split``, adds neither.) benchmarks/one_shape_power.py measures the interval's coverage under the
+noise the CPU studies measured, a stalled seed included; docs/analysis.md, "One-shape sweeps", has the numbers.
 
 Pure numpy/scipy/pandas; never imports torch.
 """
@@ -44,6 +46,11 @@ from analysis.envelope import EnvelopeCell, Envelopes
 
 SHAPE_KEYS = ("n_layer", "d_model", "tokens")
 ONE_SHAPE = "one model shape and one budget"  # the notes' name for such a sweep
+# The envelope's resolution: the sd, per unit of c h^2 (c the cell's fitted curvature, h its fitted rates' spacing in
+# ln rate), with which a parabola through three rates misreads the minimum of an asymmetric loss-rate curve, as the
+# best rate falls anywhere between the rates; for curves as asymmetric as cpu_envelope measured (one factor 2 above
+# the best rate costs 5 % of loss, one below 0.8 %). benchmarks/one_shape_power.py computes it (`--calibrate`).
+RESOLUTION = 0.09
 
 
 @dataclass(frozen=True)
@@ -127,8 +134,8 @@ def one_shape_comparison(
     cells = {c: envelopes.cell(c, n_layer, d_model, tokens) if envelopes is not None else None for c in curves}
     local = [cell for cell in cells.values() if cell is not None and cell.shape == "local"]
     sigma2 = _pooled_residual_variance(local, runs) if len(local) == len(curves) else math.nan
-    shared = {  # points of % squared
-        c: _shared_covariance(cell, float(by_curve[c].lr), runs) * sigma2 * 1e4
+    shared = {  # points of % squared: the error the seeds of a cell share, its fit's and its resolution's
+        c: (_shared_covariance(cell, float(by_curve[c].lr), runs) * sigma2 + _resolution_variance(cell)) * 1e4
         for c, cell in cells.items()
         if cell is not None and math.isfinite(sigma2)
     }
@@ -232,3 +239,12 @@ def _shared_covariance(cell: EnvelopeCell, lr: float, runs: pd.DataFrame) -> flo
     rows = np.column_stack([np.full(n, t * t), np.full(n, t), np.eye(n)])
     cov = rows @ np.linalg.pinv(design.T @ design) @ rows.T
     return float((cov.sum() - np.trace(cov)) / (n * (n - 1)))
+
+
+def _resolution_variance(cell: EnvelopeCell) -> float:
+    """The variance (log loss squared) of the local parabola's misreading of an asymmetric curve's minimum
+    (:data:`RESOLUTION`); 0 for the split parabola, which fits each side's curvature, and for a curve not convex."""
+    if cell.shape != "local" or len(cell.fitted) < 3 or not cell.curvature > 0:
+        return 0.0
+    h = float(np.mean(np.diff(np.log(cell.fitted))))
+    return (RESOLUTION * cell.curvature * h * h) ** 2

@@ -12,6 +12,7 @@ every rate).
 
     python benchmarks/one_shape_power.py                # the cpu_ablations design: 16 curves, 3 rates, 2 seeds
     python benchmarks/one_shape_power.py --seeds 3 --reps 400
+    python benchmarks/one_shape_power.py --calibrate          # the envelope's resolution constant
 """
 
 from __future__ import annotations
@@ -23,9 +24,25 @@ import numpy as np
 import pandas as pd
 
 from analysis.envelope import envelope_points, fit_envelopes
-from analysis.one_shape import one_shape_comparison
+from analysis.one_shape import RESOLUTION, one_shape_comparison
 
 LOW, HIGH = 0.008 / math.log(2) ** 2, 0.05 / math.log(2) ** 2  # log-loss curvature below / above the best rate
+
+
+def resolution(low: float = 0.008, high: float = 0.05, positions: int = 201) -> float:
+    """The sd of a 3-rate parabola's misreading of an asymmetric curve's minimum, as its best rate falls evenly
+    between the rates (one factor 2 apart), per unit of the parabola's curvature times the spacing squared: what
+    analysis.one_shape.RESOLUTION holds. ``low`` / ``high``: the log-loss cost one factor 2 below / above the best."""
+    h = math.log(2)
+    t = np.array([-h, 0.0, h])
+    misread, curvature = [], []
+    for best in np.linspace(-h / 2, h / 2, positions):
+        d = t - best
+        c, b, a = np.polyfit(t, np.where(d < 0, low, high) / h**2 * d * d, 2)
+        vertex = float(np.clip(-b / (2 * c), -h, h))
+        misread.append(a + b * vertex + c * vertex**2)  # the true minimum is 0
+        curvature.append(c)
+    return float(np.std(misread) / (np.mean(curvature) * h * h))
 
 
 def simulate(
@@ -116,7 +133,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--shared", type=float, default=0.5, help="correlation of a seed's shift between curves")
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--rng", type=int, default=0)
+    parser.add_argument("--calibrate", action="store_true", help="print the envelope's resolution constant, and stop")
     args = parser.parse_args(argv)
+    if args.calibrate:
+        print(
+            f"resolution: sd of the minimum's misreading per unit c h^2 = {resolution():.3f} (5 % / 0.8 % a factor 2 "
+            f"above / below the best rate, as cpu_envelope measured); {resolution(0.01, 0.03):.3f} at 3 % / 1 %; "
+            f"analysis.one_shape.RESOLUTION = {RESOLUTION}"
+        )
+        return {}
     total = args.noise / 100 / math.sqrt(2)  # one curve's share of a seed's paired-gap noise
     seed_only = total / math.sqrt(1 - args.shared)
     # a run's noise reaches the envelope minimum roughly divided by sqrt(rates) (the seed's level is fitted to

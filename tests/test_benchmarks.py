@@ -203,3 +203,6 @@ def test_the_one_shape_power_analysis_covers_near_its_level(capsys):
     assert set(coverage) == {"per-run", "per-seed", "half", "stalled"}
     assert 0.78 < coverage["per-run"] < 0.98 and all(0.6 < c <= 1 for c in coverage.values())
     assert "half-width median" in capsys.readouterr().out
+    # the constant the interval adds for the envelope's misreading of asymmetric curves is the one computed here
+    assert one_shape_power.resolution() == pytest.approx(one_shape_power.RESOLUTION, abs=0.005)
+    assert one_shape_power.resolution(0.02, 0.02) == pytest.approx(0, abs=1e-9)  # a symmetric curve: read exactly
