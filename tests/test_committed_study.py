@@ -150,7 +150,9 @@ def test_fit_with_the_seeds_bootstrap_reproduces_the_cpu_small_column_and_marks_
     assert all(m.interval == "budgets" and m.reliable for m in default.multipliers)
 
 
-@pytest.mark.parametrize("study", ["cpu_small", "cpu_wsd", "cpu_envelope", "cpu_muon", "cpu_depth", "cpu_architecture"])
+@pytest.mark.parametrize(
+    "study", ["cpu_small", "cpu_wsd", "cpu_envelope", "cpu_muon", "cpu_depth", "cpu_architecture", "cpu_ablations"]
+)
 def test_the_committed_report_is_the_report_of_the_committed_results(study):
     import json
 
@@ -318,3 +320,30 @@ def test_fit_reproduces_the_cpu_architecture_cells():
     head = page[: page.index("## Why this design")]
     assert grid.best("baseline").name in head and grid.best("block").name in head
     assert grid.gap_change["block"].change.text(3) in head
+
+
+ABLATIONS = ROOT / "studies" / "cpu_ablations"
+needs_ablations = pytest.mark.skipif(
+    not (ABLATIONS / "report" / "report.json").is_file(), reason="studies/cpu_ablations is not here"
+)
+
+
+@needs_ablations
+def test_fit_reproduces_the_cpu_ablations_gaps():
+    """The page's table of every curve's loss and gap to the baseline at L6-d48 (the paper's block-size figure and
+    Table 4 at CPU scale) as `attnres fit --lr envelope` prints it, and the gaps its first lines quote."""
+    from analysis import fit_results
+    from analysis.shape_tables import one_shape_table
+    from attnres.variants import curve_order
+
+    report = fit_results(ABLATIONS / "results", lr="envelope", chinchilla=False)
+    one = report.sweep("cpu_ablations").one_shape
+    assert one is not None and one.shape == "L6-d48" and len(one.gaps) == 15 and one.df == 15
+    page = (ABLATIONS / "README.md").read_text()
+    table = one_shape_table(one, report.settings, curve_order([g.curve for g in one.gaps]))
+    expected = [list(map(str, row)) for row in table.rows]
+    assert table_rows(page, r"baseline|block\d+|full.*|denseformer|mhc4|block\+.*") == expected
+    head = page[: page.index("## Why this design")]
+    for curve in ("full", "block3"):
+        assert one.gap(curve).gap.text(3) in head, curve
+    assert f"on {one.df} df" in page and f"{one.seed_sd:.2f} points per seed" in page
