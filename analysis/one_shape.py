@@ -29,6 +29,10 @@ the best rate falls between the rates, the same for every seed; its sd is :data:
 parabola, ``--lr split``, adds neither.) benchmarks/one_shape_power.py measures the interval's coverage under the
 noise the CPU studies measured, a stalled seed included; docs/analysis.md, "One-shape sweeps", has the numbers.
 
+A curve whose envelope minimum sits at an end of the swept rates (``edge``) is read at that end: its loss is an upper
+bound and its gap a lower bound. It stays out of both pools and its gap has no interval (a variant that failed to
+train scatters as the others do not, and would widen every interval).
+
 Pure numpy/scipy/pandas; never imports torch.
 """
 
@@ -132,25 +136,34 @@ def one_shape_comparison(
     base = by_curve[baseline]
     n_layer, d_model, tokens = int(base.n_layer), int(base.d_model), float(base.tokens)
     cells = {c: envelopes.cell(c, n_layer, d_model, tokens) if envelopes is not None else None for c in curves}
-    local = [cell for cell in cells.values() if cell is not None and cell.shape == "local"]
-    sigma2 = _pooled_residual_variance(local, runs) if len(local) == len(curves) else math.nan
+    # A curve whose envelope minimum sits at an end of the swept rates has no minimum to read: its loss is an upper
+    # bound, and a curve that failed to train there scatters as the others do not. It is kept out of both pools (it
+    # would widen every other curve's interval) and gets its paired gap, a lower bound, without an interval.
+    bounds = {c for c, cell in cells.items() if c != baseline and cell is not None and cell.edge}
+    pooled = [c for c in curves if c not in bounds]
+    local = [cells[c] for c in pooled if cells[c] is not None and cells[c].shape == "local"]
+    sigma2 = _pooled_residual_variance(local, runs) if len(local) == len(pooled) else math.nan
     shared = {  # points of % squared: the error the seeds of a cell share, its fit's and its resolution's
         c: (_shared_covariance(cell, float(by_curve[c].lr), runs) * sigma2 + _resolution_variance(cell)) * 1e4
         for c, cell in cells.items()
         if cell is not None and math.isfinite(sigma2)
     }
     table = {c: _seed_losses(by_curve[c]) for c in curves}
-    effects, cov, df, s2 = _seed_blocks(table, curves)
+    effects, cov, df, s2 = _seed_blocks(table, pooled)
     gaps = []
     for c in curves:
         if c == baseline:
             continue
         r, cell = by_curve[c], cells[c]
         n_pairs = len(set(table[c]) & set(table[baseline]))
-        if effects is None or c not in effects or baseline not in effects:  # no seeds: the points' losses
+        if c in bounds and n_pairs:  # the mean of the paired per-seed gaps, no interval
+            both = sorted(set(table[c]) & set(table[baseline]))
+            paired = [math.log(table[baseline][s]) - math.log(table[c][s]) for s in both]
+            est = Estimate(100.0 * float(np.mean(paired)), level=level)
+        elif effects is None or c not in effects or baseline not in effects:  # no seeds: the points' losses
             est = Estimate(100.0 * (math.log(float(base.loss)) - math.log(float(r.loss))), level=level)
         else:
-            i, j = curves.index(baseline), curves.index(c)
+            i, j = pooled.index(baseline), pooled.index(c)
             value = effects[baseline] - effects[c]
             est = Estimate(value, level=level)
             var = s2 * (cov[i, i] + cov[j, j] - 2 * cov[i, j]) + shared.get(c, 0.0) + shared.get(baseline, 0.0)

@@ -121,6 +121,11 @@ def one_shape_table(one: ShapeComparison | None, settings: FitSettings, order: S
         if has_intervals(settings) and one.df
         else "no interval"
     )
+    if any(g.edge for g in one.gaps):
+        how += (
+            "; a curve marked edge has its envelope minimum at that end of the swept rates: its loss is an upper "
+            "bound, its gap a lower bound, kept out of the pools and without an interval"
+        )
     what = (
         f"every curve at {one.shape}, {one.tokens / 1e6:.3g}M tokens (one shape and one budget: no scaling law): its "
         f"loss and its gap to {one.baseline}, 100 (ln L_{one.baseline} - ln L), points of %, > 0 where the curve's "

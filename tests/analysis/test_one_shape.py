@@ -85,6 +85,31 @@ def test_the_intervals_cover_the_truth_about_as_often_as_they_say(tmp_path):
     assert 0.8 < np.mean(covered) < 0.97
 
 
+def test_a_curve_that_failed_to_train_at_an_edge_is_a_bound_and_leaves_the_others_intervals_alone():
+    """A variant whose loss falls towards the lowest swept rate and scatters by tenths between its seeds (the
+    committed ablation study's input-dependent query): a gap without an interval, marked edge, and every other
+    curve's interval as if it had not run (before, its scatter widened them all about threefold)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i, gap in enumerate((0.0, 1.0, -0.5)):
+        for s in range(2):
+            for r in RATES:
+                log_loss = math.log(1.7) - gap / 100 + 0.02 * math.log(r / 4e-3) ** 2 + rng.normal(0, 0.003)
+                rows.append(_run(f"c{i}", s, r, math.exp(log_loss)))
+    failed = [_run("failed", s, r, 2.2 + 0.3 * k + 0.4 * s) for s in range(2) for k, r in enumerate(RATES)]
+    ones = []
+    for runs in (pd.DataFrame(rows), pd.DataFrame(rows + failed)):
+        envelopes = fit_envelopes(runs)
+        ones.append(one_shape_comparison(envelope_points(runs, envelopes), runs, envelopes, "c0", 0.9))
+    alone, beside = ones
+    assert (beside.df, beside.seed_sd, beside.curve_sd) == (alone.df, alone.seed_sd, alone.curve_sd)
+    for c in ("c1", "c2"):
+        assert beside.gap(c).gap == alone.gap(c).gap
+    bound = beside.gap("failed")
+    assert bound.edge == "low" and not bound.gap.has_interval
+    assert -40 < bound.gap.value < -20  # its loss, about 2.2-2.6 at the lowest rate, against about 1.7
+
+
 def _run(curve: str, seed: int, lr: float, loss: float) -> dict:
     return {
         "run_id": f"{curve}-s{seed}-{lr}",
