@@ -72,7 +72,14 @@ from analysis.study_stats import (
     points_log_multiplier,
     shared_log_multiplier,
 )
-from analysis.sweep_points import PreparedSweep, collect_warnings, curves_under, flop_conventions, prepare_sweep
+from analysis.sweep_points import (
+    PreparedSweep,
+    budgets_note,
+    collect_warnings,
+    curves_under,
+    flop_conventions,
+    prepare_sweep,
+)
 from analysis.throughput import flag_implausible, sweep_folders, sweep_throughput, throughput_ratios
 from attnres.variants import Variant
 
@@ -119,6 +126,10 @@ def _fit_sweep(
     if not p.data:
         s = settings
         one = one_shape_comparison(p.points, p.runs, p.envelopes, s.baseline, s.level, s.n_boot > 0)
+        if one is not None:  # one note for the sweep, not one per curve: a single budget is its design
+            n_params = 3 if s.form == OFFSET_POWER else 2
+            single = {budgets_note(c, 1, n_params) for c in p.points["curve"].astype(str)}
+            notes[:] = [n for n in notes if n not in single]
         notes.append("no curve could be fitted" if one is None else f"{ONE_SHAPE}: no law; the comparison is above")
         return SweepFit(
             p.sweep,

@@ -99,6 +99,11 @@ def curves_under(prepared: PreparedSweep, settings: FitSettings) -> list[CurveDa
         return prepare_sweep(prepared.runs, prepared.sweep, settings).data
 
 
+def budgets_note(curve: str, budgets: int, n_params: int) -> str:
+    """The note on a curve left unfitted for too few budgets."""
+    return f"{curve}: not fitted, {budgets} budget(s) for a form with {n_params} parameters"
+
+
 def _curve_data(
     curve_points: pd.DataFrame, settings: FitSettings, notes: list[str], sweep: str = ""
 ) -> tuple[list[CurveData], dict[str, pd.DataFrame]]:
@@ -116,7 +121,7 @@ def _curve_data(
         distinct = g["flops"].nunique()
         check_form_budgets(sweep, label, distinct, settings.form)
         if distinct < n_params:
-            notes.append(f"{label}: not fitted, {distinct} budget(s) for a form with {n_params} parameters")
+            notes.append(budgets_note(label, distinct, n_params))
             continue
         run_losses = [
             np.asarray(r, dtype=float)

@@ -31,7 +31,7 @@ def block_size_points(
     runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", points: pd.DataFrame | None = None
 ) -> tuple[Shape, pd.DataFrame]:
     """The reference shape and one row per block size: variant, n_blocks, S, loss, low, high (the seeds'
-    range), n_runs; plus the baseline's row (S = NaN) when it ran at that shape. ``points``: the fit's points
+    range), n_runs, n_seeds; plus the baseline's row (S = NaN) when it ran at that shape. ``points``: the fit's points
     of the sweep (default: selected from ``runs`` by ``select_method``)."""
     runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     if points.empty:
@@ -66,6 +66,8 @@ def block_size_points(
                 "low": float(losses.min()),
                 "high": float(losses.max()),
                 "n_runs": int(r.n_runs),
+                # an envelope's point holds every rate's runs: its seeds are what the error bar spans
+                "n_seeds": int(r.n_runs) if r.run_seeds is None else len(set(r.run_seeds)),
                 "params": float(r.params),
                 "flops": float(r.flops),
             }
@@ -95,7 +97,7 @@ def plot_block_size_ablation(
         lo, hi = list(attn["low"]), list(attn["high"])
         if not base.empty:
             b = base.iloc[0]
-            seeds = f", {b['n_runs']} seeds" if b["n_runs"] > 1 else ""
+            seeds = f", {b['n_seeds']} seeds" if b["n_seeds"] > 1 else ""
             ax.axhline(
                 b["loss"],
                 color=variant_color("baseline"),
@@ -103,7 +105,7 @@ def plot_block_size_ablation(
                 label=f"baseline (no depth attention{seeds})",
                 zorder=3,
             )
-            if b["n_runs"] > 1:
+            if b["n_seeds"] > 1:
                 ax.axhspan(b["low"], b["high"], color=variant_color("baseline"), alpha=0.1, lw=0, zorder=1)
             lo.append(float(b["low"]))
             hi.append(float(b["high"]))

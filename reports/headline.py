@@ -184,6 +184,12 @@ def headlines(ctx: ReportContext) -> list[Headline]:
     return out
 
 
+def one_shape_text(sweeps: Sequence[str]) -> str:
+    """ "sweep `a` is" / "sweeps `a`, `b` are": the one-shape sweeps a headline without a multiplier names."""
+    names = ", ".join(f"`{s}`" for s in sweeps)
+    return f"sweep {names} is" if len(sweeps) == 1 else f"sweeps {names} are"
+
+
 def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[Block]:
     """The Headline section: the runs left unread first, then each M with what bears on it (the other analysis
     choices, the paired M, M without stalled runs, M at the frontier, the tuning protocols compared, the regime
@@ -201,6 +207,12 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
     if not headline:
         if not len(ctx.results.runs):
             text = "No runs were found under the results directory, so there is nothing to fit."
+        elif one_shape := [sw.sweep for sw in ctx.fit.sweeps if sw.one_shape is not None]:
+            text = (
+                f"No multiplier: {one_shape_text(one_shape)} one model shape and one budget, so no scaling law; "
+                "the result is each curve's gap to the baseline, in the section's table \"Gaps to the baseline at "
+                'one shape".'
+            )
         else:
             text = (
                 "No multiplier could be computed: it needs a fitted baseline curve and a fitted variant curve "

@@ -55,7 +55,9 @@ def paper_multiplier(variant: str) -> float | None:
     return float(base.compute_for_loss(var.loss(PAPER_HEADLINE_C)) / PAPER_HEADLINE_C)
 
 
-def _no_curve_reason(report: FitReport) -> str:
+def _no_curve_reason(report: FitReport, sw: SweepFit) -> str:
+    if sw.one_shape is not None:
+        return "one model shape and one budget: no scaling law (the sweep's gaps to the baseline are its result)"
     need = 3 if report.settings.form == OFFSET_POWER else 2
     return (
         f"no curve could be fitted: a curve needs finished runs at {need} or more distinct budgets "
@@ -66,7 +68,7 @@ def _no_curve_reason(report: FitReport) -> str:
 def no_multiplier_reason(report: FitReport, sw: SweepFit) -> str:
     """Why a sweep has no multiplier, in one line."""
     if not sw.curves:
-        return _no_curve_reason(report)
+        return _no_curve_reason(report, sw)
     fitted = [c.curve for c in sw.curves]
     base = report.settings.baseline
     if base not in fitted:
@@ -127,7 +129,7 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
 
     sw = sweep_fit(report, sweep)
     if not sw.curves:
-        raise MissingData(_no_curve_reason(report))
+        raise MissingData(_no_curve_reason(report, sw))
     settings = report.settings
     unit = compute_unit_scale(settings.compute_unit)
     curves = {c.curve: c for c in sw.curves}

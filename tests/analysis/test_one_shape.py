@@ -148,6 +148,7 @@ def test_the_cli_prints_and_saves_it_and_exits_0(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "every curve at L4-d240" in done.stdout and "Student t interval on 3 df" in done.stdout
+    assert "not fitted" not in done.stdout  # one note for the sweep, not one per curve's single budget
     saved = json.loads((tree.root / "fit.json").read_text())["sweeps"][0]["one_shape"]
     assert saved["baseline"] == "baseline" and {g["curve"] for g in saved["gaps"]} == {"full", "block", "denseformer"}
     report = fit_results(tree.root, lr="envelope", chinchilla=False, n_boot=0)
@@ -172,3 +173,22 @@ def test_the_reports_ablation_table_sets_each_gap_and_its_interval_beside_the_pa
     assert table.loc["full", paper] == pytest.approx(100 * math.log(1.766 / 1.737))
     assert table.loc["baseline", gap] == 0 and math.isnan(table.loc["baseline", low])
     assert (table["seeds"] == 2).all()  # seeds, not the envelope's runs over 3 rates
+
+
+def test_the_report_of_a_one_shape_sweep_says_why_it_has_no_multiplier_and_shows_the_gaps(tmp_path):
+    """The headline, the skipped figures and the CLI name the sweep's design (one shape, one budget) instead of a
+    missing second budget, and the sweep's section has the gaps; no per-curve 'not fitted' notes."""
+    tree = _one_shape(tmp_path, noise=0.002)
+    out = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "attnres.cli", "report", str(tree.root), "--lr", "envelope", "--out", str(out)]
+        + ["--no-svg", "--no-html", "--n-boot", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no multiplier: sweep `synthetic` is one shape and one budget" in done.stdout
+    assert "skipped scaling_curves (sweep synthetic): one model shape and one budget" in done.stdout
+    md = (out / "report.md").read_text()
+    assert "No multiplier: sweep `synthetic` is one model shape and one budget" in md
+    assert "### Gaps to the baseline at one shape" in md and "not fitted" not in md

@@ -317,6 +317,17 @@ def test_block_size_ablation(ablation):
     assert base_line
 
 
+def test_block_size_ablation_counts_the_baselines_seeds_not_an_envelopes_runs(ablation):
+    """An envelope's point holds every rate's runs (2 seeds x 3 rates: n_runs 6): the legend counts its 2 seeds."""
+    points = analysis.select_points(ablation.runs).copy()
+    base = points.index[points["curve"] == "baseline"][0]
+    points.at[base, "n_runs"] = 6
+    points.at[base, "run_seeds"] = [0, 1]
+    points.at[base, "run_losses"] = [points.at[base, "loss"] - 0.01, points.at[base, "loss"] + 0.01]
+    fig = reports.plot_block_size_ablation(ablation.runs, sweep="ablation", points=points)
+    assert texts(fig)["legend"][0] == "baseline (no depth attention, 2 seeds)"
+
+
 def test_block_size_ablation_needs_two_block_sizes(scaling):
     results, _ = scaling
     with pytest.raises(MissingData, match="at least two block sizes at one model size"):
