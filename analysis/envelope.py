@@ -170,6 +170,31 @@ def has_rate_sweeps(runs: pd.DataFrame) -> bool:
     return not runs.empty and bool((rates_per_cell(runs) >= 2).any())
 
 
+def unfinished_cells(runs: pd.DataFrame, shape: str = "local") -> tuple[pd.DataFrame, list[str]]:
+    """``runs`` without the cells of a study in progress: a cell with fewer rates than the shape needs, in a sweep
+    where another cell has them (the grid sweeps rates; this cell's runs have not all finished), and one note per
+    cell left out. A sweep where no cell has enough rates is kept whole, for :func:`fit_envelopes`' error."""
+    if runs.empty:
+        return runs, []
+    need = SPLIT_MIN_RATES if shape == "split" else MIN_RATES
+    counts = rates_per_cell(runs)
+    short = [
+        key
+        for key, n in counts.items()
+        if n < need and int(counts[counts.index.get_level_values("sweep") == key[0]].max()) >= need
+    ]
+    if not short:
+        return runs, []
+    notes = [
+        f"{curve} at L{n_layer}-d{d_model}, {tokens:,.0f} tokens: left out, {int(counts[key])} of its rates "
+        f"finished where its sweep's other cells have {need} or more (finish its runs with `attnres sweep run`)"
+        for key in short
+        for _, curve, n_layer, d_model, tokens in [key]
+    ]
+    keys = pd.MultiIndex.from_frame(runs[list(CELL_KEYS)])
+    return runs[~keys.isin(short)], notes
+
+
 def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA, shape: str = "local") -> Envelopes:
     """The envelope of every cell of ``runs``: finished runs with a ``curve`` column (:func:`analysis.select
     .finished_runs` and ``curve_labels``). ``shape``: "local", the parabola over the rates around each cell's best

@@ -14,7 +14,7 @@ import warnings
 
 import pandas as pd
 
-from analysis.envelope import Envelopes, best_rates, envelope_points, fit_envelopes
+from analysis.envelope import Envelopes, best_rates, envelope_points, fit_envelopes, unfinished_cells
 from analysis.select import curve_labels, finished_runs, select_points
 
 LR_RULES = ("best", "envelope", "split")  # split: the envelope as a split parabola (analysis.envelope.SHAPES)
@@ -35,8 +35,11 @@ def choose_points(
     """The points of :func:`analysis.select.select_points` under ``lr`` and ``protocol``, and the envelopes behind
     them (None with ``lr="best"``)."""
     if lr in ("envelope", "split"):
-        finished = labelled(runs)
-        envelopes = fit_envelopes(finished, shape="split" if lr == "split" else "local")
+        shape = "split" if lr == "split" else "local"
+        finished, notes = unfinished_cells(labelled(runs), shape)
+        for note in notes:  # the sweep's notes (analysis.sweep_points.collect_warnings)
+            warnings.warn(note, stacklevel=2)
+        envelopes = fit_envelopes(finished, shape=shape)
         rates = best_rates(envelopes, baseline) if protocol == "paper" else None
         return envelope_points(finished, envelopes, method=select, rates=rates), envelopes
     if protocol == "paper":

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import fit_results
@@ -144,6 +146,26 @@ def test_an_envelope_needs_three_rates_per_cell(tmp_path):
         fit_results(tree.root, lr="envelope", n_boot=0)
     with pytest.raises(FitInputError, match="give the grid an lr: list"):
         fit_envelopes(labelled(tree.runs.assign(sweep="synthetic", status="done", tokens_per_s=1.0)))
+
+
+def test_a_study_in_progress_is_fitted_without_its_unfinished_cells_and_says_which(tmp_path):
+    """One curve has finished one of its three rates (its other runs still training): the fit leaves that cell out
+    with a note naming it and fits the rest; the rest's numbers are those of the tree without it."""
+    tree = write_synthetic_results(
+        tmp_path, multipliers={"baseline": 1.0, "block": 1.2, "full": 1.3}, lrs=RATES, tables=False, noise=0.002
+    )
+    whole = fit_results(tree.root, lr="envelope", n_boot=0).sweeps[0]
+    for folder in sorted((tree.root / "synthetic").glob("full-*")):
+        run = pd.read_parquet(folder / "run.parquet")
+        if float(run["lr"].iloc[0]) != RATES[1]:
+            shutil.rmtree(folder)
+    with pytest.warns(UserWarning, match="left out, 1 of its rates finished"):
+        partial = fit_results(tree.root, lr="envelope", n_boot=0).sweeps[0]
+    assert {c.curve for c in partial.envelope.cells} == {"baseline", "block"}
+    left_out = [n for n in partial.notes if n.startswith("full at ")]
+    assert len(left_out) == len({(c.n_layer, c.d_model, c.tokens) for c in whole.envelope.cells if c.curve == "full"})
+    assert all("left out, 1 of its rates finished" in n for n in left_out)
+    assert {c.key: c for c in partial.envelope.cells} == {c.key: c for c in whole.envelope.cells if c.curve != "full"}
 
 
 def test_the_vertex_is_restricted_to_the_swept_range():
