@@ -252,7 +252,7 @@ def plan_rows(
             cfg.model.n_layer,
             cfg.model.d_model,
             cfg.model.seq_len,
-            cfg.model.residual,
+            cfg.model.variant,  # the results' variant column: an ablation switch is a path of its own speed
             cfg.model.effective_n_blocks,
         )
         measured = ("file", cfg.model.n_layer, cfg.model.d_model, run.variant)

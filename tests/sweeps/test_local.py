@@ -252,6 +252,22 @@ def test_the_plan_is_calibrated_from_finished_runs(reference, grid_file):
     assert {r.rate_source for r in fresh} == {"default"}
 
 
+def test_an_ablation_switch_is_timed_by_its_own_runs_not_by_its_residual_kinds():
+    """The plan calibrates each run by the finished runs of its own variant (the results' variant column): an
+    ablation switch runs another code path (cpu_ablations: 3-4x slower than plain Full), so plain Full's speed
+    must not time it; unmeasured, it takes the median of every run measured."""
+    from sweeps.plan import plan_rows
+
+    scalar = {"name": "full+scalar", "model": {"residual": "full", "depth_mixing": "scalar"}}
+    runs = expand_runs(load_grid({**GRID, "variants": ["full", scalar]}))
+    full = next(r.cfg.model for r in runs if r.variant == "full")
+    key = ("cpu", full.n_layer, full.d_model, full.seq_len, full.variant, full.effective_n_blocks)
+    rows = {r.variant: r for r in plan_rows(runs, {key: 1e9, ("*", "cpu"): 1e8}, None, "local", None)}
+    assert rows["full"].rate_source == rows["full+scalar"].rate_source == "calibrated"
+    seconds = {v: (r.est_s - 0.3) / r.flops for v, r in rows.items()}  # less the fixed overhead, per FLOP
+    assert seconds["full+scalar"] / seconds["full"] == pytest.approx(10, rel=0.05)
+
+
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     data = {**GRID, "budgets": [{"tokens": 20000}], "variants": ["baseline", "full"]}
     grid = load_grid(data)
