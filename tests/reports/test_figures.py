@@ -111,12 +111,19 @@ def test_scaling_curves_in_pflops_days(scaling):
 
 
 def test_scaling_curves_without_a_fit_says_why(tmp_path):
-    write_synthetic_results(tmp_path, budgets=[1e16], tables=False)
-    fit = analysis.fit_results(tmp_path, n_boot=0)
+    law = analysis.ChinchillaLaw(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)  # sizes at one budget: no law
+    write_synthetic_results(tmp_path / "sizes", law=law, budgets=[1e18], sizes_per_budget=3, tables=False)
+    fit = analysis.fit_results(tmp_path / "sizes", n_boot=0)
     with pytest.raises(MissingData, match="2 or more distinct budgets"):
         reports.plot_scaling_curves(fit)
     with pytest.raises(MissingData, match="no curve could be fitted"):
         reports.plot_multiplier(fit)
+    # one shape and one budget (the block-size and ablation sweeps): that is the reason, not a missing budget
+    write_synthetic_results(tmp_path / "one", budgets=[1e16], tables=False)
+    fit = analysis.fit_results(tmp_path / "one", n_boot=0)
+    for plot in (reports.plot_scaling_curves, reports.plot_multiplier):
+        with pytest.raises(MissingData, match="one model shape and one budget: no scaling law"):
+            plot(fit)
 
 
 # ---------------------------------------------------------------------------------------------------------
