@@ -62,7 +62,9 @@ def test_two_budgets_under_the_form_with_E_are_refused_before_any_fitting(tmp_pa
 def test_one_budget_is_a_note_in_either_form(tmp_path):
     write_synthetic_results(tmp_path, budgets=[1e16], tables=False)
     sweep = fit_results(tmp_path, form="E+A*C^-alpha", n_boot=0).sweeps[0]
-    assert sweep.curves == () and any("not fitted, 1 budget(s)" in n for n in sweep.notes)
+    # every curve at one shape and one budget: one note for the sweep (a one-shape sweep), not one per curve
+    assert sweep.curves == () and any("one model shape and one budget" in n for n in sweep.notes)
+    assert not any("not fitted, 1 budget(s)" in n for n in sweep.notes)
 
 
 def _remove(tree, **where) -> None:
