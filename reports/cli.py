@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.errors import AnalysisError
     from analysis.tables import incomplete_text
     from reports.build import build_report
-    from reports.headline import one_shape_text
+    from reports.headline import one_shape_sweeps, one_shape_text
 
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUT
     try:
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         several = len({h.sweep for h in summary.headline}) > 1  # e.g. one per training length (analysis.slices)
         for h in summary.headline:
             print(f"  {h.sweep}: {h.text()}" if several else f"  {h.text()}")
-    elif one_shape := [sw.sweep for sw in summary.fit.sweeps if sw.one_shape is not None]:
+    elif one_shape := one_shape_sweeps(summary.fit):
         print(f"no multiplier: {one_shape_text(one_shape)} one shape and one budget; its gaps are in report.md")
     else:
         print("no multiplier could be computed (see report.md)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -20,6 +20,9 @@ from reports.document import Block, Bullets, Heading, Paragraph, Table
 from reports.paper import PAPER_M
 from reports.protocols import comparison_blocks
 from reports.regime import Regime, paper_sentence, regime, regime_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analysis import FitReport
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,11 @@ def headlines(ctx: ReportContext) -> list[Headline]:
     return out
 
 
+def one_shape_sweeps(fit: FitReport) -> list[str]:
+    """The sweeps whose result is a one-shape comparison (no law, no multiplier: :mod:`analysis.one_shape`)."""
+    return [sw.sweep for sw in fit.sweeps if sw.one_shape is not None]
+
+
 def one_shape_text(sweeps: Sequence[str]) -> str:
     """ "sweep `a` is" / "sweeps `a`, `b` are": the one-shape sweeps a headline without a multiplier names."""
     names = ", ".join(f"`{s}`" for s in sweeps)
@@ -207,7 +215,7 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
     if not headline:
         if not len(ctx.results.runs):
             text = "No runs were found under the results directory, so there is nothing to fit."
-        elif one_shape := [sw.sweep for sw in ctx.fit.sweeps if sw.one_shape is not None]:
+        elif one_shape := one_shape_sweeps(ctx.fit):
             text = (
                 f"No multiplier: {one_shape_text(one_shape)} one model shape and one budget, so no scaling law; "
                 "the result is each curve's gap to the baseline, in the section's table \"Gaps to the baseline at "
