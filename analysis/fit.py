@@ -34,7 +34,7 @@ from analysis.bootstrap import (
     residual_draws,
 )
 from analysis.errors import FitInputError
-from analysis.laws import OFFSET_POWER, POWER, ChinchillaLaw, PowerLaw, normalize_form
+from analysis.laws import OFFSET_POWER, POWER, ChinchillaLaw, PowerLaw, law_params, normalize_form
 from analysis.models import ChinchillaModel, PowerModel, law_arrays
 from analysis.optimizer import DEFAULT_STARTS, HUBER_DELTA, Solution, minimize, refit
 
@@ -332,7 +332,7 @@ def fit_power_law(
     """
     form = normalize_form(form)
     _check_settings(delta, level, n_boot)
-    n_params = 2 if form == POWER else 3
+    n_params = law_params(form)
     arrays, ids = clean_inputs(
         {"compute": compute, "loss": loss}, run_ids, n_params, f"fit_power_law({form})", ("compute",)
     )
@@ -398,7 +398,7 @@ def fit_power_law_joint(
     total = sum(c.size for c in computes)
     if total < n_params:
         raise FitInputError(f"fit_power_law_joint: {total} points for {n_params} parameters; give at least {n_params}")
-    if np.unique(np.concatenate(computes)).size < (3 if form == OFFSET_POWER else 2):
+    if np.unique(np.concatenate(computes)).size < law_params(form):
         raise FitInputError("fit_power_law_joint: the curves share too few distinct compute values to fit an exponent")
     failed = 0
     draws = None

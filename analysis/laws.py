@@ -35,6 +35,12 @@ _FORM_ALIASES = {
 }
 
 
+def law_params(form: str) -> int:
+    """The free parameters of one law of ``form``: A and alpha, and E for "E+A*C^-alpha". A curve needs more
+    distinct budgets than that for its fit to have a residual, and at least that many for a fit at all."""
+    return 3 if normalize_form(form) == OFFSET_POWER else 2
+
+
 def normalize_form(form: str) -> str:
     """The canonical name of a curve form ("A*C^-alpha" or "E+A*C^-alpha"); spaces and case are ignored."""
     key = "".join(str(form).split()).lower()

@@ -37,7 +37,7 @@ from analysis._threads import single_threaded_blas
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Estimate, json_number
 from analysis.errors import FitInputError
 from analysis.fit import CurveFit, PowerLawFit, clean_inputs, fit_curve
-from analysis.laws import OFFSET_POWER, POWER, PowerLaw
+from analysis.laws import OFFSET_POWER, POWER, PowerLaw, law_params
 from analysis.models import PowerModel
 from analysis.optimizer import HUBER_DELTA, Solution
 from analysis.study import BUDGETS, CurveData, Study, run_study
@@ -249,7 +249,7 @@ def _points_side(variant: Any, base: _Side, notes: list[str]) -> _Side:
     arrays, _ = clean_inputs({"compute": compute, "loss": loss}, None, 1, "compute_multiplier(variant points)")
     data = CurveData("variant", arrays["compute"], arrays["loss"])
     var = _Side("variant", base.law, None, data, base.delta)
-    n_params = 3 if base.form == OFFSET_POWER else 2
+    n_params = law_params(base.form)
     if np.unique(data.compute).size > n_params:
         with single_threaded_blas():
             var.fit = fit_curve(data.compute, data.loss, base.form, base.delta)

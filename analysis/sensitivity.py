@@ -28,7 +28,7 @@ import numpy as np
 
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
-from analysis.laws import OFFSET_POWER, POWER
+from analysis.laws import OFFSET_POWER, POWER, law_params
 from analysis.paired import budget_name
 from analysis.settings import FitSettings
 from analysis.study import CurveData, run_study
@@ -125,7 +125,7 @@ def point_multipliers(
 ) -> dict[str, float]:
     """M of each variant of ``wanted`` (label -> (exponent "shared" | "unshared", compute)) from point fits of
     ``data`` (no bootstrap); nan for a variant (or baseline) not in ``data``."""
-    n_law = 3 if form == OFFSET_POWER else 2
+    n_law = law_params(form)
     short = [c for c in data if c.n_budgets < n_law and c.label in (baseline, *wanted)]
     if short:  # the internal fit would interpolate them: a number that means nothing
         raise FitInputError(f"{short[0].label}: {short[0].n_budgets} budgets left for a form with {n_law} parameters")

@@ -20,7 +20,7 @@ from analysis._threads import single_threaded_blas
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, modified_residuals, residual_draws, run_draws
 from analysis.errors import FitInputError
 from analysis.fit import CurveFit, fit_curve, fit_joint_curves
-from analysis.laws import OFFSET_POWER, normalize_form
+from analysis.laws import law_params, normalize_form
 from analysis.optimizer import DEFAULT_STARTS, HUBER_DELTA, refit
 
 SEEDS = "seeds"
@@ -103,7 +103,7 @@ class Study:
             labs = self.joint_labels if joint and self.joint is not None else labels
             if not labs:
                 return math.inf
-            n_law = 3 if self.form == OFFSET_POWER else 2
+            n_law = law_params(self.form)
             return float(min(self.data[lab].n_budgets for lab in labs) - n_law)
         if joint and self.joint is not None:
             return float(sum(self.data[lab].observations for lab in self.joint_labels) - self.joint.model.n_params)

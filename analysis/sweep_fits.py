@@ -41,7 +41,7 @@ from analysis.envelope import has_rate_sweeps
 from analysis.errors import AnalysisError, FitInputError
 from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit, fit_chinchilla, joint_result
 from analysis.frontier import FrontierMultiplier, frontier_multipliers
-from analysis.laws import OFFSET_POWER
+from analysis.laws import OFFSET_POWER, law_params
 from analysis.load import Results, load_results, may_belong, sweep_of
 from analysis.local import local_multipliers
 from analysis.metric import with_metric
@@ -127,7 +127,7 @@ def _fit_sweep(
         s = settings
         one = one_shape_comparison(p.points, p.runs, p.envelopes, s.baseline, s.level, s.n_boot > 0)
         if one is not None:  # one note for the sweep, not one per curve: a single budget is its design
-            n_params = 3 if s.form == OFFSET_POWER else 2
+            n_params = law_params(s.form)
             single = {budgets_note(c, 1, n_params) for c in p.points["curve"].astype(str)}
             notes[:] = [n for n in notes if n not in single]
         notes.append("no curve could be fitted" if one is None else f"{ONE_SHAPE}: no law; the comparison is above")

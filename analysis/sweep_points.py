@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.checks import MissingSeeds, check_budget_ranges, check_form_budgets, missing_seeds
 from analysis.envelope import Envelopes
-from analysis.laws import OFFSET_POWER
+from analysis.laws import law_params
 from analysis.points import choose_points
 from analysis.select import isoflop_frontier, needs_frontier
 from analysis.settings import COMPUTE_UNITS, UNIT_SHORT, FitSettings
@@ -114,7 +114,7 @@ def _curve_data(
     labels = sorted(curve_points["curve"].unique().tolist()) if not curve_points.empty else []
     if settings.baseline in labels:
         labels = [settings.baseline] + [lab for lab in labels if lab != settings.baseline]
-    n_params = 3 if settings.form == OFFSET_POWER else 2
+    n_params = law_params(settings.form)
     data, rows = [], {}
     for label in labels:
         g = curve_points[curve_points["curve"] == label].sort_values("flops", kind="stable")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import PFLOP_S_DAY, PowerLaw
-from analysis.laws import OFFSET_POWER
+from analysis.laws import law_params
 from analysis.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
 from reports.data import MissingData, sweep_fit
@@ -58,7 +58,7 @@ def paper_multiplier(variant: str) -> float | None:
 def _no_curve_reason(report: FitReport, sw: SweepFit) -> str:
     if sw.one_shape is not None:
         return "one model shape and one budget: no scaling law (the sweep's gaps to the baseline are its result)"
-    need = 3 if report.settings.form == OFFSET_POWER else 2
+    need = law_params(report.settings.form)
     return (
         f"no curve could be fitted: a curve needs finished runs at {need} or more distinct budgets "
         "(see the sweep's notes)"
