@@ -39,6 +39,25 @@ needs_cxx = pytest.mark.skipif(
 compiles_for_cpu = (needs_cxx, pytest.mark.integration)
 
 
+def _selects(config: pytest.Config, marker: str) -> bool:
+    """Whether the -m expression can select tests marked ``marker`` (the default one excludes it)."""
+    return f"not {marker}" not in (config.getoption("markexpr") or "")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto`` (the default, in pyproject's addopts): one per core this process may use, at most 4,
+    as a sweep picks its workers (attnres.runtime.CpuShare.workers_for); the default tier's tests are small and run
+    one at a time they leave a 2-core machine's second core mostly idle (22 minutes one at a time, 14 on two workers,
+    the same tests on the same machine). One process where there is one core, and for the integration and slow tiers:
+    their SLURM clusters, kill-and-resume timings and whole commands each want the machine to themselves."""
+    from attnres.runtime import cpu_cores
+
+    if _selects(config, "integration") or _selects(config, "slow") or _selects(config, "gpu"):
+        return 0
+    workers = min(cpu_cores(), 4)
+    return workers if workers > 1 else 0
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The default suite is a CPU suite: with a GPU visible, runs with runtime.accelerator=auto would train on it
     (other numbers, bf16) and several test processes would share it. So every GPU is hidden, from this process and the
@@ -113,12 +132,30 @@ def tiny_overrides() -> list[str]:
 def smoke_results(tmp_path_factory):
     """The smoke grid (sweeps/smoke.yaml) trained once per session by the local launcher with 2 workers, for the
     tests that only read its results (a test that writes there copies it first)."""
-    from pathlib import Path
-
     from sweeps import run_grid
 
-    root = tmp_path_factory.mktemp("smoke") / "results"
-    grid = Path(__file__).resolve().parents[1] / "sweeps" / "smoke.yaml"
-    summary = run_grid(str(grid), str(root), workers=2, progress=False, log=lambda message: None)
-    assert summary.ok, summary.runs
-    return root
+    def train_smoke(folder: Path) -> None:
+        grid = Path(__file__).resolve().parents[1] / "sweeps" / "smoke.yaml"
+        summary = run_grid(str(grid), str(folder / "results"), workers=2, progress=False, log=lambda message: None)
+        assert summary.ok, summary.runs
+
+    return once_per_run(tmp_path_factory, "smoke", train_smoke) / "results"
+
+
+def once_per_run(tmp_path_factory, name: str, make) -> Path:
+    """A folder that ``make(folder)`` fills once for the whole test run: with several workers (xdist), the first
+    that needs it makes it in the run's common temporary folder, under a lock, and the others wait and share it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    from filelock import FileLock
+
+    folder = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder

@@ -149,6 +149,7 @@ def test_training_side_by_side_rejects_bad_input_before_training(argv, fragment,
     assert not any(tmp_path.iterdir())  # nothing trained
 
 
+@pytest.mark.integration  # a script end to end: pytest -m integration
 def test_the_preparation_benchmark_checks_its_tokens_against_one_go_tokenization(tmp_path):
     """benchmarks/bench_prepare.py on 3 MB instead of 2 GB: it prepares, measures and verifies (exit 0)."""
     import subprocess
@@ -194,6 +195,7 @@ def test_the_depth_power_analysis_measures_its_noise_and_covers_at_its_level(cap
     assert "4 8 12" in capsys.readouterr().out
 
 
+@pytest.mark.integration  # a script end to end: pytest -m integration
 def test_the_one_shape_power_analysis_covers_near_its_level(capsys):
     """benchmarks/one_shape_power.py: simulated one-shape studies read by analysis/one_shape.py as `attnres fit --lr
     envelope` does; with per-run noise its 90 % intervals cover near 0.9 (docs/analysis.md has the measured numbers)."""

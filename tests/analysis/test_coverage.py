@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from analysis.settings import FitSettings
 from analysis.sweep_fits import fit_curves
 from benchmarks import coverage_study as cs
 
 
+@pytest.mark.integration  # a calibration over hundreds of simulated studies (a minute): pytest -m integration
 def test_the_budgets_interval_covers_a_pure_law_and_budget_deviations_common_to_the_variants():
     for name in ("a-power", "c-common"):
         r = cs.coverage(cs.SCENARIOS[name], "budgets", reps=200, n_boot=200)
@@ -43,6 +45,7 @@ def test_paired_gap_uses_shared_seeds():
     assert m.gaps[4].gap.low <= m.gaps[4].gap.value <= m.gaps[4].gap.high
 
 
+@pytest.mark.integration  # a calibration over hundreds of simulated studies (a minute): pytest -m integration
 def test_the_split_envelope_covers_m_on_asymmetric_loss_rate_curves():
     """Loss-rate curves 2.5x steeper above the best rate than below (a short version of
     ``benchmarks/envelope_coverage.py --lr split --scenario asymmetric``; 1,000 replicates in docs/analysis.md): the

@@ -121,6 +121,7 @@ def _calibration(form: str, draws: int, n_boot: int, shared: bool) -> tuple[floa
     return float(np.median(estimates)) / truth, covered / draws
 
 
+@pytest.mark.integration  # a calibration over hundreds of simulated studies (a minute): pytest -m integration
 def test_calibration_fast():
     """0.3% noise in log loss, 7 budgets, M = 1.25: median within 3%, 90% interval covers ~90% (fast version)."""
     median, coverage = _calibration("A*C^-alpha", draws=80, n_boot=300, shared=True)

@@ -97,6 +97,7 @@ def test_bpe_tokens_equal_one_go_tokenization_and_workers_change_nothing(tmp_pat
     assert 1.5 < bpt < 6  # BPE merges: several bytes per token
 
 
+@pytest.mark.integration  # kill and resume: pytest -m integration
 def test_kill_9_mid_preparation_then_the_same_command_resumes_to_identical_output(tmp_path):
     src = corpus_folder(tmp_path / "src", n_files=40, n_words=6_000)
     args = (str(src), "--tokenizer", "bpe:500", "--unit-mib", "0.03", "--sample-mib", "0.2")  # a unit per file

@@ -554,6 +554,7 @@ def test_two_slurm_ranks_train_one_run_with_ddp(tmp_path):
     assert schema.read_run_row(tmp_path / "run")["status"] == "done"
 
 
+@pytest.mark.integration  # two ranks of a whole command: pytest -m integration
 def test_when_rank_zero_finds_the_run_busy_the_other_slurm_ranks_stop_too(tmp_path):
     """Rank 0 finds another process training the run and returns "busy"; rank 1 must too, instead of waiting at
     DDP's rendezvous for a rank 0 that never comes (until the rendezvous times out, GPUs held)."""
@@ -565,6 +566,7 @@ def test_when_rank_zero_finds_the_run_busy_the_other_slurm_ranks_stop_too(tmp_pa
     assert not (run_dir / schema.RUN_FILE).exists()  # nobody trained
 
 
+@pytest.mark.integration  # a whole command's output: pytest -m integration
 def test_lightnings_srun_hint_is_not_printed_outside_a_slurm_allocation(tmp_path):
     """With srun on PATH (a login node, a laptop with SLURM) but no allocation, the hint is noise: not printed."""
     bin_dir = tmp_path / "bin"

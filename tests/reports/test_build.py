@@ -239,6 +239,7 @@ def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
 
 
+@pytest.mark.integration  # kill -9 and the next build (a subprocess): pytest -m integration
 def test_a_killed_build_leaves_the_previous_report_whole_and_the_next_build_cleans_up(tree, tmp_path):
     """kill -9 in the middle of a rebuild: the folder is still exactly the first report; the next build removes
     the killed build's temporary folder."""

@@ -166,6 +166,7 @@ tune.tune(load_grid(sys.argv[1]), sys.argv[2], threads=1)
 """
 
 
+@pytest.mark.integration  # kill and resume: pytest -m integration
 def test_a_trial_whose_tuner_was_killed_resumes_its_run_with_the_same_values(tmp_path, capsys):
     import optuna
 
