@@ -394,7 +394,7 @@ def fit_power_law_joint(
         arrays, _ = clean_inputs({"compute": compute, "loss": loss}, None, 1, f"fit_power_law_joint[{label}]")
         computes.append(arrays["compute"])
         losses.append(arrays["loss"])
-    n_params = len(labels) + (2 if form == OFFSET_POWER else 1)
+    n_params = len(labels) + law_params(form) - 1  # an A per curve, the shared exponent (and E)
     total = sum(c.size for c in computes)
     if total < n_params:
         raise FitInputError(f"fit_power_law_joint: {total} points for {n_params} parameters; give at least {n_params}")

@@ -130,8 +130,8 @@ def tiny_overrides() -> list[str]:
 
 @pytest.fixture(scope="session")
 def smoke_results(tmp_path_factory):
-    """The smoke grid (sweeps/smoke.yaml) trained once per session by the local launcher with 2 workers, for the
-    tests that only read its results (a test that writes there copies it first)."""
+    """The smoke grid (sweeps/smoke.yaml) trained once per test run (:func:`once_per_run`) by the local launcher with 2
+    workers, for the tests that only read its results (a test that writes there copies it first)."""
     from sweeps import run_grid
 
     def train_smoke(folder: Path) -> None:
