@@ -5,7 +5,8 @@ runs in training with their steps; workers report their step about once a second
 
 Each worker is a separate process (multiprocessing, spawn) that imports torch once and trains the runs the
 launcher hands it, the largest first, with ``runtime.threads`` = the free cores // workers (at least one) so the workers
-do not oversubscribe the CPU (:class:`attnres.runtime.CpuShare`).
+do not oversubscribe the CPU (:class:`attnres.runtime.CpuShare`). When their threads fill the cores exactly, each
+worker is bound to its own (:mod:`sweeps.worker_devices`).
 A run's output goes to ``RUN_DIR/train.log``. Workers die with the launcher (``PR_SET_PDEATHSIG``), so
 killing the launcher never leaves an orphan training in the background; the killed run resumes from its
 last checkpoint on the next ``sweep run``.
@@ -158,13 +159,18 @@ def _step_reporter(conn: Connection, index: int):
     return StepReporter()
 
 
-def _worker(conn: Connection, parent: int, slot: int = 0, workers: int = 1) -> None:
+def _worker(
+    conn: Connection, parent: int, slot: int = 0, workers: int = 1, bind: tuple[int, int] | None = None
+) -> None:
+    """``bind``: (pool size, threads per worker) to bind this worker to its own cores with, None to leave it free."""
     _die_with_parent()
     if os.getppid() != parent:  # the launcher died before we could ask
         os._exit(1)
-    from sweeps.worker_devices import pin_worker_gpus
+    from sweeps.worker_devices import pin_worker_cpus, pin_worker_gpus
 
     pin_worker_gpus(slot, workers)  # its own GPUs, before anything initialises CUDA (nothing where none is visible)
+    if bind:
+        pin_worker_cpus(slot, *bind)  # before torch starts its threads, so that they inherit the cores
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     one_line_warnings("attnres")  # in the run's train.log
     while True:
@@ -202,12 +208,15 @@ def run_local(
     poll_s: float = 1.0,
     log: Callable[[str], None] = print,
     sweep: str | None = None,
+    bind_cores: bool = True,
 ) -> SweepSummary:
     """Train every run that is not finished, with ``workers`` processes; return what happened.
 
     ``threads``: torch threads per worker (default: the free cores // workers, :class:`attnres.runtime.CpuShare`; a
-    busy machine is said in one line). Runs that are done or diverged are skipped; interrupted ones resume from their
-    checkpoint; failed ones are tried again.
+    busy machine is said in one line). ``bind_cores``: bind each worker to its own cores when the workers' threads
+    fill them exactly (:mod:`sweeps.worker_devices`; False: leave the placement to the scheduler, as
+    ``benchmarks/bench_load.py`` does to compare). Runs that are done or diverged are skipped; interrupted ones resume
+    from their checkpoint; failed ones are tried again.
     """
     from attnres.kernels import cpu as cpu_kernels
     from attnres.training.run import run_dir_for
@@ -239,6 +248,7 @@ def run_local(
         cpu_kernels.build_for(runs[i] for i in pending)  # a fresh cache's one-time build, said here, not in a worker
         launcher = _Launcher(runs, dirs, outcomes, pending, start_steps, log, poll_s)
         launcher.after = _trunks(runs)
+        launcher.bind_threads = threads if bind_cores else 0
         launcher.bar = _progress(launcher.total_steps, launcher.steps_done, sweep, progress)
         launcher.run(workers)
     for i, (cfg, run_dir) in enumerate(zip(runs, dirs)):
@@ -292,6 +302,8 @@ class _Launcher:
         self.ctx = mp.get_context("spawn")
         self.restarts = 0
         self.workers = 1
+        self.bind_threads = 0  # threads per worker to bind each to its own cores with (0: not bound)
+        self.size = 1  # workers started: the pool binds only when they fill the cores
 
     def run(self, workers: int) -> None:
         """Train until every run has an outcome. Ctrl-C (KeyboardInterrupt) or SIGTERM
@@ -299,7 +311,8 @@ class _Launcher:
         the runs they were training resume from their checkpoints on the next pass."""
         self.workers = workers
         try:
-            self.pool = [self.start_worker(slot) for slot in range(min(workers, len(self.pending)))]
+            self.size = min(workers, len(self.pending))
+            self.pool = [self.start_worker(slot) for slot in range(self.size)]
             while self.pending or self.deferred or any(w.task is not None for w in self.pool):
                 self.hand_out()
                 active = [w for w in self.pool if w.task is not None]
@@ -317,8 +330,12 @@ class _Launcher:
 
     def start_worker(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe()
+        bind = (self.size, self.bind_threads) if self.bind_threads else None
         process = self.ctx.Process(
-            target=_worker, args=(child, os.getpid(), slot, self.workers), name="attnres-sweep-worker", daemon=True
+            target=_worker,
+            args=(child, os.getpid(), slot, self.workers, bind),
+            name="attnres-sweep-worker",
+            daemon=True,
         )
         process.start()
         child.close()
