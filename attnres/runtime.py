@@ -102,8 +102,9 @@ class CpuShare:
         more from running side by side than from more threads each. On a busy machine each gets one thread
         (:meth:`threads`), and a one-thread worker that waits for a core only waits (it is a multi-threaded worker's
         OpenMP threads that spin), so the workers take the share of the cores the scheduler gives each process, where
-        fewer would take less (the demo beside one CPU-bound process: 1.60x its quiet time with one worker, 1.56x with
-        two, where the scheduler's share alone makes 1.5x; docs/performance.md)."""
+        fewer would take less. The local pool then binds each one-thread worker to its own core
+        (:mod:`sweeps.worker_devices`): the demo beside one CPU-bound process took 1.60x its quiet time with one worker,
+        1.56x with two (the scheduler's share alone makes 1.5x), 1.42x with two bound (docs/performance.md)."""
         return max(1, min(self.cores, runs, most))
 
     def note(self, workers: int, threads: int) -> str | None:
