@@ -47,7 +47,7 @@ def _selects(config: pytest.Config, marker: str) -> bool:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for ``-n auto`` (the default, in pyproject's addopts): one per core this process may use, at most 4,
     as a sweep picks its workers (attnres.runtime.CpuShare.workers_for). The default tier's tests are small: one at a
-    time they leave a 2-core machine's second core mostly idle (22 minutes one at a time, 12 to 15 on two workers,
+    time they leave a 2-core machine's second core mostly idle (22 minutes one at a time, 10 to 15 on two workers,
     the same tests on the same machine). One process where there is one core, and for the integration and slow tiers:
     their SLURM clusters, kill-and-resume timings and whole commands each want the machine to themselves."""
     from attnres.runtime import cpu_cores
