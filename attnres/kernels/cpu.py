@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from attnres.runtime import cpu_cores
+
 if TYPE_CHECKING:
     from attnres.config import RunConfig
 
@@ -129,7 +131,7 @@ def _build_time() -> str:
     """How long the build takes here: about 20 s on 2 idle cores, and several minutes on a busy machine (416 s
     measured beside a 2-worker sweep), which the message says rather than promising 20 s."""
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = cpu_cores()
     if busy >= 0.5 * cores:
         return f"; ~20 s on an idle machine, minutes on this one: load {busy:.1f} on {cores} core(s)"
     return ", ~20 s"
