@@ -112,7 +112,9 @@ def cost_hours(new: tuple[tuple[int, int], ...], rates: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sigma", type=float, default=0.609, help="per-seed noise of one depth's gap, %% (cpu_envelope)")
+    parser.add_argument(
+        "--sigma", type=float, default=0.609, help="per-seed noise of one depth's gap, %% (cpu_envelope)"
+    )
     parser.add_argument("--reps", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
