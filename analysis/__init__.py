@@ -29,7 +29,7 @@ _EXPORTS = {
     "PowerLawFit": "analysis.fit",
     "JointPowerLawFit": "analysis.fit",
     "ChinchillaFit": "analysis.fit",
-    "HUBER_DELTA": "analysis.optimizer",
+    "DELTA_FLOOR": "analysis.optimizer",
     "PFLOP_S_DAY": "analysis.laws",
     "FORMS": "analysis.laws",
     "Estimate": "analysis.bootstrap",

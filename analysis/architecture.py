@@ -70,24 +70,29 @@ class ArchitectureCell:
 
 @dataclass(frozen=True)
 class GapTrend:
-    """A variant's gap to the baseline, its least-squares change from its shallowest to its deepest column."""
+    """A variant's gap to the baseline, its least-squares change from its shallowest to its deepest column, with the
+    depths as the units (each depth's gap the mean over its head counts) and the line's residual df."""
 
     change: Estimate
     depths: tuple[int, int]
+    df: int = 0
 
     def text(self) -> str:
-        return f"{self.change.text(3)} from {self.depths[0]} to {self.depths[1]} layers"
+        return f"{self.change.text(3)} from {self.depths[0]} to {self.depths[1]} layers ({self.df} df)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.change.to_dict(), "depths": list(self.depths)}
+        return {**self.change.to_dict(), "depths": list(self.depths), "df": self.df}
 
 
 @dataclass(frozen=True)
 class ArchitectureGrid:
     """Every curve's cells, the rows' names, each curve's best cell, and per variant the least-squares change of
-    its gap to the baseline from the shallowest to the deepest column (every cell a point, its heads a replicate;
-    a t interval on the cells' scatter about the line): < 0 where the variant gains more from depth than the
-    baseline does at this size, which moves its best shape deeper."""
+    its gap to the baseline from the shallowest to the deepest column: < 0 where the variant gains more from depth
+    than the baseline does at this size, which moves its best shape deeper. The depths are its units: a depth's
+    head counts share one learning rate (chosen per cell from the same grid of rates) and one depth's runs, so
+    what moves one depth moves its cells together, and cells taken as independent points would claim 4 times the
+    degrees of freedom they have; each depth's gap is the mean over its cells, and the t interval is on the depths'
+    scatter about the line (n_depths - 2 df)."""
 
     cells: tuple[ArchitectureCell, ...]
     row_names: tuple[str, ...]
@@ -173,18 +178,18 @@ def architecture_grid(
 def _gap_changes(
     cells: tuple[ArchitectureCell, ...], baseline: str, level: float, interval: bool
 ) -> dict[str, GapTrend]:
-    """Per variant with cells at 2 depths or more and 3 cells or more: its gap's least-squares change over the
-    columns."""
+    """Per variant with cells at 3 depths or more: its gap's least-squares change over the columns, each depth's gap
+    the mean over its cells (:class:`ArchitectureGrid`: the depths are the units)."""
     out = {}
     for curve in dict.fromkeys(c.curve for c in cells if c.curve != baseline):
         own = [c for c in cells if c.curve == curve and np.isfinite(c.gap_pct)]
-        x = np.array([c.n_layer for c in own], dtype=float)
-        if len(own) < 3 or np.unique(x).size < 2:
+        depths = sorted({c.n_layer for c in own})
+        if len(depths) < 3:
             continue
-        y = np.array([c.gap_pct for c in own])
-        order = np.argsort(x, kind="stable")
-        change, _, _ = line_change(x[order], y[order], float(x.max() - x.min()), level, interval)
-        out[curve] = GapTrend(change, (int(x.min()), int(x.max())))
+        x = np.array(depths, dtype=float)
+        y = np.array([np.mean([c.gap_pct for c in own if c.n_layer == n]) for n in depths])
+        line = line_change(x, y, float(x[-1] - x[0]), level, interval)
+        out[curve] = GapTrend(line.change, (depths[0], depths[-1]), line.df)
     return out
 
 

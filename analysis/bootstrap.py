@@ -21,16 +21,39 @@ import numpy as np
 
 DEFAULT_LEVEL = 0.9
 DEFAULT_N_BOOT = 1000
+# an interval whose replicates failed more often than this is marked unreliable: a bootstrap that silently drops the
+# replicates its refit could not settle is biased toward the easy ones (the data sets that look most like the fit)
+FAILED_LIMIT = 0.05
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate at full precision with its bootstrap confidence interval (``nan`` when there is none)."""
+    """A point estimate at full precision with its bootstrap confidence interval (``nan`` when there is none), and how
+    many of the ``replicates`` drawn for it were left out because a refit behind them failed (``failed``): said
+    beside the interval wherever it is printed or saved, and above :data:`FAILED_LIMIT` of them the interval is not
+    :attr:`reliable`."""
 
     value: float
     low: float = math.nan
     high: float = math.nan
     level: float = DEFAULT_LEVEL
+    failed: int = 0
+    replicates: int = 0
+
+    @property
+    def failed_share(self) -> float:
+        return self.failed / self.replicates if self.replicates else 0.0
+
+    @property
+    def reliable(self) -> bool:
+        """Whether few enough replicates failed for the interval to mean what it says (:data:`FAILED_LIMIT`)."""
+        return self.failed_share <= FAILED_LIMIT
+
+    def failed_note(self) -> str:
+        """``41 of 1000 replicates failed`` (``, unreliable`` beyond the limit); empty when none did."""
+        if not self.failed:
+            return ""
+        return f"{self.failed} of {self.replicates} replicates failed" + ("" if self.reliable else ", unreliable")
 
     def contains(self, x: float) -> bool:
         """Whether ``x`` lies inside the interval (ends included)."""
@@ -45,10 +68,14 @@ class Estimate:
         value = _fmt(self.value, digits)
         if not self.has_interval:
             return value
-        return f"{value} [{_fmt(self.low, digits)}, {_fmt(self.high, digits)}]"
+        note = self.failed_note()
+        return f"{value} [{_fmt(self.low, digits)}, {_fmt(self.high, digits)}]" + (f" ({note})" if note else "")
 
     def to_dict(self) -> dict[str, float | str | None]:
-        return {"value": json_number(self.value), "low": json_number(self.low), "high": json_number(self.high)}
+        out = {"value": json_number(self.value), "low": json_number(self.low), "high": json_number(self.high)}
+        if self.failed:  # only where some did: the files of fits where none failed keep their shape
+            out |= {"failed": self.failed, "replicates": self.replicates}
+        return out
 
 
 def _fmt(x: float, digits: int) -> str:
@@ -111,8 +138,11 @@ def percentile_interval(
     return q[0], q[1]
 
 
-def estimate(value: float, samples: np.ndarray | None, level: float, df: float | None = None) -> Estimate:
-    """An :class:`Estimate` from a point value and its replicates (None or empty: no interval).
+def estimate(
+    value: float, samples: np.ndarray | None, level: float, df: float | None = None, failed: int = 0
+) -> Estimate:
+    """An :class:`Estimate` from a point value and its replicates (None or empty: no interval); ``failed``: the
+    replicates left out of ``samples`` because a refit behind them failed.
 
     ``df`` below 1 (no more observations than parameters: the fit interpolates its points) gives no
     interval either: the replicates of an exact fit do not vary, and a zero-width interval would claim a
@@ -120,8 +150,9 @@ def estimate(value: float, samples: np.ndarray | None, level: float, df: float |
     """
     if samples is None or np.size(samples) == 0 or np.all(np.isnan(samples)) or (df is not None and df < 1):
         return Estimate(float(value), math.nan, math.nan, level)
-    low, high = percentile_interval(np.asarray(samples, dtype=float), level, df=df)
-    return Estimate(float(value), float(low), float(high), level)
+    samples = np.asarray(samples, dtype=float)
+    low, high = percentile_interval(samples, level, df=df)
+    return Estimate(float(value), float(low), float(high), level, failed, samples.shape[0] + failed)
 
 
 def modified_residuals(residuals: np.ndarray, jacobian: np.ndarray) -> np.ndarray:

@@ -3,13 +3,22 @@ to the baseline changes with depth, with an interval.
 
 At each depth k (x_k = 2 n_layer sublayers) the paired per-size estimate (:mod:`analysis.paired`) gives the gap
 g_k = 100 (ln L_base - ln L_var), in % of the loss (> 0: the variant's loss is lower), and ln M_k. The trend is
-the ordinary least-squares line of g on x (and of ln M on x), stated as its change over the ladder, slope x (x_max
-- x_min), with a Student t interval on K - 2 degrees of freedom from the residuals. The depths are trained
-independently, so everything that moves one depth's gap (its seeds, its learning-rate envelope, a stalled run) is
-in the residuals; a bias shared by every depth moves the level of the line, not its slope. It needs 3 depths (one
-degree of freedom: a very wide interval); read it from 5. The gap needs no fitted law; M_k uses the baseline law's
-local slope, which on a fixed-width ladder is fitted across depths, so the trend of M is given as a point estimate
-(the slope's error tilts every M_k's line at once; docs/analysis.md, "The depth trend").
+the least-squares line of g on x (and of ln M on x), each depth weighted by its paired seeds, stated as its change
+over the ladder, slope x (x_max - x_min). The depths are trained independently, so everything that moves one
+depth's gap (its seeds, its learning-rate envelope, a stalled run) is in the residuals; a bias shared by every depth
+moves the level of the line, not its slope. It needs 3 depths (one degree of freedom: a very wide interval).
+
+**The noise behind the interval.** A ladder has few depths, and the scatter of 5 gaps about a line (3 degrees of
+freedom) is itself a poor estimate of their noise: cpu_depth's was 0.25 % where two seeds of the same cells in
+cpu_envelope spread by 0.61 % per seed, a spread that low happens by chance about 8 % of the time. So the interval
+uses the larger of the residuals' sd and a floor, ``noise_floor`` (% of loss per seed of one depth's paired gap;
+:data:`NOISE_FLOOR`, measured by benchmarks/depth_power.py in cpu_envelope at d_model 48), divided by sqrt(seeds):
+with the residuals, a Student t on K - 2 degrees of freedom; with the floor, a normal quantile (a noise taken as
+known from elsewhere). The trend says which it used and its degrees of freedom.
+
+The gap needs no fitted law; M_k uses the baseline law's local slope, which on a fixed-width ladder is fitted across
+depths, so the trend of M is given as a point estimate (the slope's error tilts every M_k's line at once;
+docs/analysis.md, "The depth trend").
 
 Pure numpy/scipy; never imports torch.
 """
@@ -27,6 +36,7 @@ from analysis.paired import PairedMultiplier, budget_name
 from analysis.study import Study
 
 MIN_DEPTHS = 3
+NOISE_FLOOR = 0.61  # % of loss per seed of one depth's paired gap: cpu_envelope, d_model 48 (depth_power.py)
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,9 @@ class DepthTrend:
     a point estimate (an error in the baseline law's slope rescales every M_k at once and so tilts their line
     without showing in its residuals: a t interval from them would claim too much);
     ``gap_at``: the fitted gap at the shallowest and the deepest size; ``residual_sd``: the scatter of the gaps
-    about their line (% of loss), the per-depth noise the interval is built from."""
+    about their line (% of loss, per seed); ``noise``: the per-seed noise the interval was built from (the larger of
+    ``residual_sd`` and the floor), ``basis`` which of the two it was ("residuals" or "floor"), ``df`` the residual
+    degrees of freedom."""
 
     d_model: int
     points: tuple[DepthPoint, ...]
@@ -69,6 +81,15 @@ class DepthTrend:
     m_ratio: Estimate
     gap_at: tuple[float, float]
     residual_sd: float
+    noise: float = math.nan
+    basis: str = "residuals"
+    df: int = 0
+
+    def noise_text(self) -> str:
+        """``noise 0.61 % a seed (the floor; residual sd 0.25 % on 3 df)``: what the interval was built from."""
+        if self.basis == "floor":
+            return f"noise {self.noise:.2f} % a seed (the floor; residual sd {self.residual_sd:.2f} % on {self.df} df)"
+        return f"residual sd {self.residual_sd:.2f} % a seed on {self.df} df"
 
     @property
     def span(self) -> tuple[int, int]:
@@ -93,16 +114,25 @@ class DepthTrend:
             "m_ratio": self.m_ratio.to_dict(),
             "gap_at_pct": [json_number(g) for g in self.gap_at],
             "residual_sd_pct": json_number(self.residual_sd),
+            "noise_pct": json_number(self.noise),
+            "noise_basis": self.basis,
+            "df": self.df,
             "verdict": self.verdict(),
             "depths": [p.to_dict() for p in self.points],
         }
 
 
 def depth_trend(
-    study: Study, label: str, paired: PairedMultiplier | None, level: float, interval: bool = True
+    study: Study,
+    label: str,
+    paired: PairedMultiplier | None,
+    level: float,
+    interval: bool = True,
+    noise_floor: float = NOISE_FLOOR,
 ) -> DepthTrend | None:
     """The depth trend of curve ``label`` from its paired per-size M (None unless its sizes share one d_model
-    and span at least 3 depths, one budget each). ``interval=False``: point estimates only."""
+    and span at least 3 depths, one budget each). ``interval=False``: point estimates only; ``noise_floor``: the
+    per-seed noise (% of loss) below which the interval does not go (0: the residuals alone)."""
     if paired is None:
         return None
     by_name = {s.budget: s for s in paired.sizes}
@@ -121,30 +151,61 @@ def depth_trend(
     found.sort(key=lambda f: f[0])
     points = tuple(DepthPoint(n, 100 * s.log_gap, s.multiplier, s.n_pairs) for n, _, s in found)
     x = np.array([p.sublayers for p in points], dtype=float)
+    w = np.array([max(p.n_pairs, 1) for p in points], dtype=float)
     span = float(x[-1] - x[0])
-    gap, fitted_gap, resid_sd = line_change(x, np.array([p.gap for p in points]), span, level, interval)
-    log_m, _, _ = line_change(x, np.log([p.multiplier for p in points]), span, level, interval=False)
-    m_ratio = Estimate(math.exp(log_m.value), level=level)
-    return DepthTrend(widths.pop(), points, gap, m_ratio, fitted_gap, resid_sd)
+    line = line_change(x, np.array([p.gap for p in points]), span, level, interval, w, noise_floor)
+    log_m = line_change(x, np.log([p.multiplier for p in points]), span, level, False, w)
+    m_ratio = Estimate(math.exp(log_m.change.value), level=level)
+    return DepthTrend(
+        widths.pop(), points, line.change, m_ratio, line.ends, line.residual_sd, line.noise, line.basis, line.df
+    )
+
+
+@dataclass(frozen=True)
+class Line:
+    """A least-squares line's change over a span with its interval, its values at the ends of x, the residuals' sd
+    per unit weight, the noise the interval used, which one ("residuals" or "floor"), and the residual df."""
+
+    change: Estimate
+    ends: tuple[float, float]
+    residual_sd: float
+    noise: float
+    basis: str
+    df: int
 
 
 def line_change(
-    x: np.ndarray, y: np.ndarray, span: float, level: float, interval: bool
-) -> tuple[Estimate, tuple[float, float], float]:
-    """The least-squares line of y on x: its change over ``span`` with a t interval on len(x) - 2 degrees of
-    freedom, its values at the ends of x, and the residuals' standard deviation."""
+    x: np.ndarray,
+    y: np.ndarray,
+    span: float,
+    level: float,
+    interval: bool,
+    weights: np.ndarray | None = None,
+    noise_floor: float = 0.0,
+) -> Line:
+    """The weighted least-squares line of y on x (``weights``: each point's replicates, default 1; a point's
+    variance is the noise per replicate over its weight): its change over ``span`` with an interval, its values at
+    the ends of x, and the residuals' sd per unit weight. The interval uses the larger of that sd and
+    ``noise_floor``: the residuals' with a Student t on len(x) - 2 degrees of freedom, the floor's with a normal
+    quantile."""
+    from scipy.stats import norm
     from scipy.stats import t as student_t
 
-    dx = x - x.mean()
-    sxx = float(dx @ dx)
-    slope = float(dx @ (y - y.mean())) / sxx
-    intercept = float(y.mean()) - slope * float(x.mean())
+    w = np.ones_like(x, dtype=float) if weights is None else np.asarray(weights, dtype=float)
+    xm, ym = float(w @ x / w.sum()), float(w @ y / w.sum())
+    dx = x - xm
+    sxx = float(w @ (dx * dx))
+    slope = float(w @ (dx * (y - ym))) / sxx
+    intercept = ym - slope * xm
     resid = y - (intercept + slope * x)
     df = x.size - 2
-    sd = float(np.sqrt(resid @ resid / df))
+    sd = float(np.sqrt(w @ (resid * resid) / df)) if df > 0 else math.nan
     change = slope * span
     ends = (intercept + slope * float(x[0]), intercept + slope * float(x[-1]))
-    if not interval:
-        return Estimate(change, level=level), ends, sd
-    half = float(student_t.ppf(0.5 + level / 2, df)) * sd / math.sqrt(sxx) * span
-    return Estimate(change, change - half, change + half, level), ends, sd
+    use_floor = noise_floor > 0 and not (sd >= noise_floor)
+    noise, basis = (noise_floor, "floor") if use_floor else (sd, "residuals")
+    if not interval or not math.isfinite(noise):
+        return Line(Estimate(change, level=level), ends, sd, noise, basis, df)
+    quantile = norm.ppf(0.5 + level / 2) if use_floor else student_t.ppf(0.5 + level / 2, df)
+    half = float(quantile) * noise / math.sqrt(sxx) * span
+    return Line(Estimate(change, change - half, change + half, level), ends, sd, noise, basis, df)

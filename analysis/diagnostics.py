@@ -118,7 +118,7 @@ def budget_gaps(study: Study, label: str, base: str, rng: np.random.Generator) -
 def exponent_test(study: Study, label: str, base: str, level: float) -> ExponentTest:
     """alpha_var - alpha_base from the separate fits, with its interval and bootstrap p-value."""
     d = exponent_difference(study, label, base)
-    diff = estimate(float(d.value[0]), None if d.draws is None else d.draws[:, 0], level, d.df)
+    diff = estimate(float(d.value[0]), None if d.draws is None else d.draws[:, 0], level, d.df, d.failed)
     scale = max(
         abs(float(m.alpha(study.fits[lab].theta[None])[0]))
         for lab, m in ((base, study.fits[base].model), (label, study.fits[label].model))
@@ -126,7 +126,8 @@ def exponent_test(study: Study, label: str, base: str, level: float) -> Exponent
     # "differ" needs strong evidence (the 99% interval excludes 0), not the table's level: the headline switches
     # to the separate fits when it does, and given a switch by chance their interval covers a third to a half
     # of the time (docs/analysis.md, "Exponent test")
-    strict = estimate(float(d.value[0]), None if d.draws is None else d.draws[:, 0], EXPONENT_TEST_LEVEL, d.df)
+    draws = None if d.draws is None else d.draws[:, 0]
+    strict = estimate(float(d.value[0]), draws, EXPONENT_TEST_LEVEL, d.df, d.failed)
     # a difference at rounding level (exact data give a zero-width interval next to 0) is no difference
     differ = strict.has_interval and not strict.contains(0.0) and abs(diff.value) > 1e-9 * max(scale, 1e-12)
     return ExponentTest(diff, bootstrap_p_value(None if d.draws is None else d.draws[:, 0]), differ)

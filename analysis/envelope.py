@@ -5,21 +5,41 @@ The model, per cell (a curve's runs at one model shape and token budget): the ru
 
     ln L = a_s + b t + c t^2,      t = ln r - centre   (centre: the mean ln rate of the rates fitted)
 
-a level per seed, because a seed (its init and its batches) shifts the whole curve, and one slope and curvature.
-The parabola is fitted to the ``LOCAL_RATES`` (3) rates around the cell's best measured mean loss, not to every
-rate swept: real loss-rate curves are asymmetric (too high a rate costs more than too low; the cpu_envelope runs
-rise 5 % one step above their best and under 1 % one step below), and a parabola over a factor 8 of rates puts the
-minimum where the steep side pulls it. Each cell is fitted on its own: a curvature shared by a variant's sizes
+a level per seed, because a seed (its init and its batches) shifts the whole curve, and one slope and curvature,
+c >= 0. The parabola is fitted to the ``LOCAL_RATES`` (3) rates around the cell's best measured mean loss, not to
+every rate swept: real loss-rate curves are asymmetric (too high a rate costs more than too low; the cpu_envelope
+runs rise 5 % one step above their best and under 1 % one step below), and a parabola over a factor 8 of rates puts
+the minimum where the steep side pulls it. Each cell is fitted on its own: a curvature shared by a variant's sizes
 ties their minima together, which the paired M's spread over sizes cannot see (benchmarks/envelope_coverage.py
-measured both choices; docs/analysis.md, "Learning-rate envelopes"). The fit is Huber in log space
-(``ENVELOPE_DELTA``), so one bad run moves it little. The best rate is the vertex t* = -b / (2 c), restricted to
-the rates fitted: a vertex beyond the end of the swept rates (or a curve that is not convex) puts t* at that end,
-and the cell is flagged (``edge``): its minimum lies outside the rates tried, its loss is an upper bound of it, and
-the grid needs rates past that edge.
+measured both choices; docs/analysis.md, "Learning-rate envelopes").
+
+**One answer.** The fit is least squares with the curvature held at 0 or above: a linear model with a full-rank
+design, so its solution is unique and found in closed form, the same on every machine and BLAS kernel to rounding.
+(It replaced a Huber fit whose delta sat below most residuals: with 6 runs and 4 parameters that objective had a flat
+face of minimisers, and the minimum it reported moved by up to 0.45 % with the solver's start; docs/log.md,
+2026-12-04.) What a cell can identify: at 3 rates and one seed the parabola passes through the three runs (no noise
+estimate, no outlier rule: its minimum is as noisy as its runs); at 3 rates and two seeds, per rate the mean of the
+two seeds' runs (any loss that treats residuals symmetrically gives the same: the two runs' residuals are equal and
+opposite), and 2 degrees of freedom of noise; more seeds or rates add both.
+
+**One stalled run.** A run that ends far above its cell's fit without it (a stall, a divergence) is set aside and
+the cell fitted again without it (:func:`_outlying_run`): its deleted residual must exceed :data:`OUTLIER_Z`
+standard errors of the sweep's pooled per-run noise (a robust sd of every cell's residuals, so that one run cannot
+inflate it) and :data:`OUTLIER_FLOOR` of log loss. Only runs above the fit are judged: with two seeds at a rate the
+data cannot say which of the two is off, and a stall only ever raises a loss. Every run set aside is named in
+fit.json and the report. The training-history stall detector (:mod:`analysis.stalls`) looks for the same failure
+from the other end, and the headline is also given without the runs it flags.
+
+The best rate is the vertex t* = -b / (2 c), restricted to the rates fitted: a vertex beyond the end of the swept
+rates (or a curve with no curvature) puts t* at that end, and the cell is flagged (``edge``): its minimum lies
+outside the rates tried, its loss is an upper bound of it, and the grid needs rates past that edge. Every cell's
+minimum is the minimum of its fitted convex curve over the fitted rates: a convex cell's vertex may lie below all of
+its runs, a concave one's is the end of its best line; no cell reads a raw run.
 
 ``--lr split`` fits each cell over every rate with a split parabola instead, ln L = a_s + c_low (t - v)^2 below
 its vertex v and c_high (t - v)^2 above it: the shape of a curve that rises faster on one side, whose intervals
-cover in the asymmetric scenarios where the symmetric parabola's do not (:func:`_fit_split`; docs/analysis.md).
+cover in the asymmetric scenarios where the symmetric parabola's do not (:func:`_fit_split`; docs/analysis.md). It
+is least squares too, with the vertex found on a fixed grid and refined, so no starting point is involved.
 
 Each seed's loss at t* (its fitted log loss there, exponentiated) is what the fits read: the point is their mean
 (or median, or best), and the seeds stay paired across variants as single runs are. The paper's protocol reads a
@@ -31,9 +51,10 @@ Pure numpy/scipy/pandas; never imports torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -41,13 +62,15 @@ import pandas as pd
 
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
+from analysis.optimizer import robust_sd
 
 SHAPES = ("local", "split")  # lr="envelope" / lr="split" (analysis.points.LR_RULES)
 MIN_RATES = 3  # distinct rates a cell needs for a vertex the data can place (the local parabola)
 SPLIT_MIN_RATES = 4  # the split parabola: one more, for its second curvature
 LOCAL_RATES = 3  # the parabola is fitted to this many rates around the best measured one
 SPLIT_VERTICES = 41  # the split parabola's vertex: first the best of this many evenly over the swept ln rates
-ENVELOPE_DELTA = 5e-3  # Huber delta on log-loss residuals: deviations beyond 0.5 % count linearly (one bad run)
+OUTLIER_Z = 4.0  # a run is set aside more than this many standard errors above its cell's fit without it ...
+OUTLIER_FLOOR = 0.02  # ... and more than 2 % of loss above it (whatever the sweep's noise)
 CELL_KEYS = ("sweep", "curve", "n_layer", "d_model", "tokens")
 
 
@@ -78,6 +101,7 @@ class EnvelopeCell:
     shape: str = "local"
     curvature_high: float = math.nan
     vertex: float = math.nan
+    set_aside: tuple[SetAside, ...] = ()  # the run left out of the fit by the outlier rule, if any
 
     @property
     def key(self) -> tuple[str, str, int, int, float]:
@@ -135,6 +159,7 @@ class EnvelopeCell:
             "curvature": json_number(self.curvature),
             # the split parabola's other side (absent for the local parabola: fit.json files before it stay the same)
             **({"curvature_high": json_number(self.curvature_high)} if self.shape == "split" else {}),
+            **({"set_aside": [r.to_dict() for r in self.set_aside]} if self.set_aside else {}),
         }
 
 
@@ -195,12 +220,15 @@ def unfinished_cells(runs: pd.DataFrame, shape: str = "local") -> tuple[pd.DataF
     return runs[~keys.isin(short)], notes
 
 
-def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA, shape: str = "local") -> Envelopes:
+def fit_envelopes(runs: pd.DataFrame, *, shape: str = "local") -> Envelopes:
     """The envelope of every cell of ``runs``: finished runs with a ``curve`` column (:func:`analysis.select
     .finished_runs` and ``curve_labels``). ``shape``: "local", the parabola over the rates around each cell's best
     (``--lr envelope``), or "split", a parabola with its own curvature each side of its vertex over every rate of the
     cell (``--lr split``). A cell with fewer rates than the shape needs (:data:`MIN_RATES`,
-    :data:`SPLIT_MIN_RATES`) is a :class:`FitInputError` naming it and the fix, before anything is fitted."""
+    :data:`SPLIT_MIN_RATES`) is a :class:`FitInputError` naming it and the fix, before anything is fitted.
+
+    Every cell is fitted by least squares (one answer: the module docstring), then once more without the run that
+    :func:`_outlying_run` sets aside, if any; the noise scale that rule reads is pooled over the cells of each sweep."""
     if shape not in SHAPES:
         raise ValueError(f"shape={shape!r}: use one of {', '.join(SHAPES)}")
     if runs.empty:
@@ -224,35 +252,106 @@ def fit_envelopes(runs: pd.DataFrame, *, delta: float = ENVELOPE_DELTA, shape: s
         x=np.log(runs["lr"].astype(float)),
     )
     fit = _fit_split if shape == "split" else _fit_cell
-    return Envelopes(tuple(fit(g, delta) for _, g in runs.groupby(list(CELL_KEYS), sort=True)))
+    cells = []
+    for _, sweep_runs in runs.groupby("sweep", sort=True):
+        groups = [g.sort_values(["lr", "seed", "run_id"]) for _, g in sweep_runs.groupby(list(CELL_KEYS), sort=True)]
+        first = [fit(g) for g in groups]
+        scale = robust_sd((c.residuals, c.n_params) for c, _ in first)
+        for g, (cell, design) in zip(groups, first):
+            odd = _outlying_run(cell, design, scale)
+            if odd is None:
+                cells.append(cell.envelope)
+                continue
+            kept, _ = fit(g[g["run_id"].astype(str) != odd.run_id])
+            cells.append(replace(kept.envelope, set_aside=(odd,)))
+    return Envelopes(tuple(cells))
 
 
-def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
-    """One cell's parabola over the rates around its best measured mean, and its minimum."""
-    from scipy.optimize import least_squares
+@dataclass(frozen=True)
+class SetAside:
+    """A run left out of its cell's envelope: ``excess`` (log loss) above the cell's fit without it, ``z`` that
+    excess in standard errors of such a prediction (the sweep's pooled noise), and the threshold it passed."""
 
-    cell = cell.sort_values(["lr", "seed", "run_id"])
+    run_id: str
+    lr: float
+    seed: int
+    excess: float
+    z: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "lr": json_number(self.lr),
+            "seed": self.seed,
+            "excess": json_number(self.excess),
+            "z": json_number(self.z),
+        }
+
+
+@dataclass(frozen=True)
+class _CellFit:
+    """A cell's least-squares fit before the outlier rule: its envelope, the runs fitted (in the design's row order)
+    with their residuals, and the parameter count."""
+
+    envelope: EnvelopeCell
+    run_ids: tuple[str, ...]
+    lrs: np.ndarray
+    seeds: np.ndarray
+    residuals: np.ndarray
+    n_params: int
+
+
+def _outlying_run(fit: _CellFit, design: np.ndarray, scale: float) -> SetAside | None:
+    """The run a cell sets aside: the one whose loss lies furthest ABOVE the cell's fit without it (its deleted
+    residual, r_i / (1 - h_ii), the leverage h from the fit's design), if that is more than :data:`OUTLIER_Z` standard
+    errors (scale sqrt(1 / (1 - h_ii)), ``scale`` the sweep's pooled noise per run) and more than
+    :data:`OUTLIER_FLOOR` of log loss. Only upward: a stalled or diverging run ends high, never low; with two seeds
+    at a rate the two runs' deleted residuals are equal and opposite, so "up" is what says which one stalled. A run
+    whose removal leaves the fit unidentified (h_ii = 1: a one-seed cell at three rates, the only run of a seed) is
+    not judged; neither is any run of a sweep without a noise estimate (``scale`` 0)."""
+    if not scale > 0 or design.shape[0] <= design.shape[1]:
+        return None
+    hat = np.einsum("ij,ji->i", design, np.linalg.pinv(design))
+    free = hat < 1 - 1e-9
+    if not free.any():
+        return None
+    deleted = np.where(free, fit.residuals / np.where(free, 1 - hat, 1.0), -np.inf)
+    i = int(np.argmax(deleted))
+    z = deleted[i] * math.sqrt(1 - hat[i]) / scale
+    if not (z > OUTLIER_Z and deleted[i] > OUTLIER_FLOOR):
+        return None
+    return SetAside(fit.run_ids[i], float(fit.lrs[i]), int(fit.seeds[i]), float(deleted[i]), float(z))
+
+
+def _cell_fit(
+    cell: pd.DataFrame, g: pd.DataFrame, design: np.ndarray, theta: np.ndarray, seeds: tuple[int, ...], **fit
+) -> tuple[_CellFit, np.ndarray]:
+    """A fitted cell (``g``: the runs the design's rows stand for) and its design."""
+    y = g["y"].to_numpy(float)
+    residuals = y - design @ theta
+    envelope = _described(cell, seeds, **fit)
+    found = _CellFit(
+        envelope,
+        tuple(g["run_id"].astype(str)),
+        g["lr"].to_numpy(float),
+        g["seed"].to_numpy(int),
+        residuals,
+        int(np.linalg.matrix_rank(design)) + (fit.get("shape") == "split"),  # the split parabola's vertex too
+    )
+    return found, design
+
+
+def _fit_cell(cell: pd.DataFrame) -> tuple[_CellFit, np.ndarray]:
+    """One cell's parabola over the rates around its best measured mean, and its minimum: least squares with the
+    curvature held at 0 or above (a cell whose three rates are concave gets the best line, and its minimum at an
+    end: every cell's minimum is that of the best convex parabola)."""
     g = _window(cell)
     seeds = tuple(int(s) for s in sorted(g["seed"].unique()))
     centre = float(np.mean(np.unique(g["x"])))
     t = g["x"].to_numpy(float) - centre
     design = np.column_stack([t * t, t] + [(g["seed"].to_numpy() == s).astype(float) for s in seeds])
-    target = g["y"].to_numpy(float)
-    start = np.linalg.lstsq(design, target, rcond=None)[0]
-    if design.shape[0] > design.shape[1]:  # an exact fit (one seed at 3 rates) has nothing to be robust against
-        start = least_squares(
-            lambda theta: design @ theta - target,
-            start,
-            jac=lambda theta: design,
-            loss="huber",
-            f_scale=delta,
-            method="trf",
-            x_scale="jac",
-            xtol=1e-14,
-            ftol=1e-14,
-            gtol=1e-14,
-        ).x
-    c, b, levels = float(start[0]), float(start[1]), tuple(float(v) for v in start[2:])
+    theta = _least_squares(design, g["y"].to_numpy(float), nonnegative=(0,))
+    c, b, levels = float(theta[0]), float(theta[1]), tuple(float(v) for v in theta[2:])
     fitted = np.sort(g["lr"].unique())
     swept = np.sort(cell["lr"].unique())
     t_star, edge = quadratic_minimum(
@@ -261,9 +360,29 @@ def _fit_cell(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
     best = {"low": fitted[0], "high": fitted[-1]}.get(edge, math.exp(centre + t_star))
     if edge and best != swept[0 if edge == "low" else -1]:
         edge = ""  # the end of the window inside the swept rates: the minimum lies in the grid, near that rate
-    return _described(
-        cell, seeds, fitted=fitted, levels=levels, slope=b, curvature=c, centre=centre, best_lr=best, edge=edge
-    )
+    return _cell_fit(
+        cell, g, design, theta, seeds,
+        fitted=fitted, levels=levels, slope=b, curvature=c, centre=centre, best_lr=best, edge=edge,
+    )  # fmt: skip
+
+
+def _least_squares(design: np.ndarray, y: np.ndarray, nonnegative: tuple[int, ...]) -> np.ndarray:
+    """The least-squares coefficients with those of ``nonnegative`` held at 0 or above: the unconstrained solution
+    of each set of those coefficients fixed at 0, the feasible one with the smallest sum of squares (the objective is
+    convex, so that is the constrained minimum; it is unique when the design has full rank)."""
+    best, best_rss = None, math.inf
+    for k in range(len(nonnegative) + 1):
+        for fixed in itertools.combinations(nonnegative, k):
+            free = [j for j in range(design.shape[1]) if j not in fixed]
+            theta = np.zeros(design.shape[1])
+            theta[free] = np.linalg.lstsq(design[:, free], y, rcond=None)[0]
+            if any(theta[j] < 0 for j in nonnegative):
+                continue
+            rss = float(np.sum((design @ theta - y) ** 2))
+            if rss < best_rss * (1 - 1e-12):  # ties (a coefficient fitted to 0 either way): the first, fewest fixed
+                best, best_rss = theta, rss
+    assert best is not None  # every coefficient of nonnegative fixed at 0 is always feasible
+    return best
 
 
 def _described(
@@ -291,17 +410,16 @@ def _described(
     )
 
 
-def _fit_split(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
+def _fit_split(cell: pd.DataFrame) -> tuple[_CellFit, np.ndarray]:
     """One cell's split parabola over every rate swept: ln L = a_s + c_low (t - v)^2 below the vertex v and
-    c_high (t - v)^2 above it, both curvatures >= 0, v within the swept range.
+    c_high (t - v)^2 above it, both curvatures >= 0, v within the swept range, by least squares.
 
-    For a given v the model is linear in (c_low, c_high, a_s), so v is found first by least squares over a grid of
-    :data:`SPLIT_VERTICES` vertices and refined between the grid's neighbours of the best; then all of it is refitted
-    with the Huber loss (``delta``) from there, so that one bad run moves it little. A vertex at an end of the swept
-    rates is an edge, as for the local parabola."""
-    from scipy.optimize import least_squares, lsq_linear, minimize_scalar
+    For a given v the model is linear in (c_low, c_high, a_s), with one answer (:func:`_least_squares`); v is the
+    best of a grid of :data:`SPLIT_VERTICES` vertices over the swept range, refined between the grid's neighbours of
+    the best. No starting point is involved, so the answer is a function of the data alone. A vertex at an end of
+    the swept rates is an edge, as for the local parabola."""
+    from scipy.optimize import minimize_scalar
 
-    cell = cell.sort_values(["lr", "seed", "run_id"])
     seeds = tuple(int(s) for s in sorted(cell["seed"].unique()))
     swept = np.sort(cell["lr"].unique())
     centre = float(np.mean(np.log(swept)))
@@ -309,56 +427,34 @@ def _fit_split(cell: pd.DataFrame, delta: float) -> EnvelopeCell:
     y = cell["y"].to_numpy(float)
     levels = np.column_stack([(cell["seed"].to_numpy() == s).astype(float) for s in seeds])
     lo, hi = math.log(swept[0]) - centre, math.log(swept[-1]) - centre
-    lower = np.r_[0.0, 0.0, np.full(len(seeds), -np.inf)]
 
     def design(v: float) -> np.ndarray:
         d = t - v
         return np.column_stack([np.where(d < 0, d * d, 0.0), np.where(d >= 0, d * d, 0.0), levels])
 
-    def squares(v: float) -> float:
+    def solve(v: float) -> tuple[np.ndarray, float]:
         x = design(v)
-        return float(np.sum((x @ lsq_linear(x, y, bounds=(lower, np.inf), method="bvls").x - y) ** 2))
+        theta = _least_squares(x, y, nonnegative=(0, 1))
+        return theta, float(np.sum((x @ theta - y) ** 2))
 
     grid = np.linspace(lo, hi, SPLIT_VERTICES)
-    losses = [squares(v) for v in grid]
+    losses = [solve(v)[1] for v in grid]
     i = int(np.argmin(losses))
     v = float(grid[i])
     if 0 < i < len(grid) - 1:
-        refined = minimize_scalar(squares, bounds=(grid[i - 1], grid[i + 1]), method="bounded", options={"xatol": 1e-6})
+        refined = minimize_scalar(
+            lambda u: solve(u)[1], bounds=(grid[i - 1], grid[i + 1]), method="bounded", options={"xatol": 1e-9}
+        )
         if refined.fun <= losses[i]:
             v = float(refined.x)
-    start = np.r_[lsq_linear(design(v), y, bounds=(lower, np.inf), method="bvls").x, v]
-
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        return design(theta[-1]) @ theta[:-1] - y
-
-    theta = least_squares(
-        residuals,
-        start,
-        bounds=(np.r_[lower, lo], np.r_[np.full(lower.size, np.inf), hi]),
-        loss="huber",
-        f_scale=delta,
-        method="trf",
-        xtol=1e-12,
-        ftol=1e-12,
-        gtol=1e-12,
-    ).x
-    v = float(theta[-1])
+    theta, _ = solve(v)
     edge = "low" if v <= lo + 1e-9 else "high" if v >= hi - 1e-9 else ""
-    return _described(
-        cell,
-        seeds,
-        fitted=swept,
-        levels=tuple(float(a) for a in theta[2:-1]),
-        slope=0.0,
-        curvature=float(theta[0]),
-        centre=centre,
-        best_lr=math.exp(centre + v),
-        edge=edge,
-        shape="split",
-        curvature_high=float(theta[1]),
+    return _cell_fit(
+        cell, cell, design(v), theta, seeds,
+        fitted=swept, levels=tuple(float(a) for a in theta[2:]), slope=0.0, curvature=float(theta[0]),
+        centre=centre, best_lr=math.exp(centre + v), edge=edge, shape="split", curvature_high=float(theta[1]),
         vertex=v,
-    )
+    )  # fmt: skip
 
 
 def _window(g: pd.DataFrame) -> pd.DataFrame:

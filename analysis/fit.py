@@ -4,8 +4,9 @@
     fit_power_law_joint   either form over several curves with shared E and alpha and one A per curve
     fit_chinchilla        L(N, D) = E + A / N^alpha + B / D^beta
 
-Each fit minimises a Huber loss on log residuals (:mod:`analysis.optimizer`) over a model in internal
-coordinates (:mod:`analysis.models`), and reports its parameters in the user's units with bootstrap intervals
+Each fit minimises a robust loss on log residuals (pseudo-Huber, its scale ``delta`` set from the residuals of a
+least-squares fit unless given: :mod:`analysis.optimizer`) over a model in internal coordinates
+(:mod:`analysis.models`), and reports its parameters in the user's units with bootstrap intervals
 (:mod:`analysis.bootstrap`) and the optimiser's status, carried into every table: ``converged``, ``hit_bound``
 or ``not_converged``. Bootstrap replicates are refitted warm-started at the point estimate
 (:func:`analysis.optimizer.refit`). The building blocks here (:class:`CurveFit`, :func:`fit_curve`,
@@ -36,7 +37,7 @@ from analysis.bootstrap import (
 from analysis.errors import FitInputError
 from analysis.laws import OFFSET_POWER, POWER, ChinchillaLaw, PowerLaw, law_params, normalize_form
 from analysis.models import ChinchillaModel, PowerModel, law_arrays
-from analysis.optimizer import DEFAULT_STARTS, HUBER_DELTA, Solution, minimize, refit
+from analysis.optimizer import AUTO, DEFAULT_STARTS, Solution, check_delta, minimize, refit, resolve_delta
 
 # ---------------------------------------------------------------------------------------------------------
 # Fit results
@@ -233,9 +234,8 @@ def clean_inputs(
     return arrays, ids
 
 
-def _check_settings(delta: float, level: float, n_boot: int) -> None:
-    if not (delta > 0 and math.isfinite(delta)):
-        raise FitInputError(f"delta must be a positive number, got {delta!r}")
+def _check_settings(delta: float | str, level: float, n_boot: int) -> None:
+    check_delta(delta, FitInputError)
     if not 0 < level < 1:
         raise FitInputError(f"level must be between 0 and 1 (e.g. 0.9 for a 90% interval), got {level!r}")
     if n_boot < 0:
@@ -270,13 +270,25 @@ class CurveFit:
         return modified_residuals(self.y - self.fitted, J[0])
 
 
+def _curve_model(compute: np.ndarray, loss: np.ndarray, form: str) -> tuple[PowerModel, np.ndarray]:
+    y = np.log(loss)
+    return PowerModel(np.log(compute), np.zeros(y.size, dtype=int), 1, form == OFFSET_POWER, y), y
+
+
 def fit_curve(
     compute: np.ndarray, loss: np.ndarray, form: str, delta: float, n_starts: int = DEFAULT_STARTS
 ) -> CurveFit:
     """Point fit of one curve (inputs already checked)."""
-    y = np.log(loss)
-    model = PowerModel(np.log(compute), np.zeros(y.size, dtype=int), 1, form == OFFSET_POWER, y)
+    model, y = _curve_model(compute, loss, form)
     return CurveFit(model=model, y=y, solution=minimize(model, y, None, delta, n_starts))
+
+
+def curves_delta(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]], form: str, delta: float | str, n_starts: int = DEFAULT_STARTS
+) -> float:
+    """The loss's scale for fits of these (compute, loss) curves: ``delta``, or for ``"auto"`` one scale from every
+    curve's own least-squares residuals, pooled (:func:`analysis.optimizer.resolve_delta`)."""
+    return resolve_delta(delta, [_curve_model(c, l, form) for c, l in curves], n_starts)
 
 
 def fit_joint_curves(
@@ -312,7 +324,7 @@ def fit_power_law(
     loss: Sequence[float] | np.ndarray,
     form: str = POWER,
     *,
-    delta: float = HUBER_DELTA,
+    delta: float | str = AUTO,
     level: float = DEFAULT_LEVEL,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
@@ -340,6 +352,7 @@ def fit_power_law(
     samples: dict[str, np.ndarray | None] = {"A": None, "alpha": None, "E": None}
     failed = 0
     with single_threaded_blas():
+        delta = curves_delta([(c, l)], form, delta, n_starts)
         point = fit_curve(c, l, form, delta, n_starts)
         if n_boot > 0:
             theta, ok = bootstrap_curve(point, n_boot, np.random.default_rng(seed), delta)
@@ -351,9 +364,9 @@ def fit_power_law(
     return PowerLawFit(
         form=form,
         law=law,
-        A=estimate(law.A, samples["A"], level, df),
-        alpha=estimate(law.alpha, samples["alpha"], level, df),
-        E=estimate(law.E, samples["E"], level, df) if form == OFFSET_POWER else None,
+        A=estimate(law.A, samples["A"], level, df, failed),
+        alpha=estimate(law.alpha, samples["alpha"], level, df, failed),
+        E=estimate(law.E, samples["E"], level, df, failed) if form == OFFSET_POWER else None,
         status=point.solution.status,
         message=point.solution.message,
         objective=point.solution.objective,
@@ -372,7 +385,7 @@ def fit_power_law_joint(
     data: Mapping[str, tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]],
     form: str = POWER,
     *,
-    delta: float = HUBER_DELTA,
+    delta: float | str = AUTO,
     level: float = DEFAULT_LEVEL,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
@@ -403,6 +416,7 @@ def fit_power_law_joint(
     failed = 0
     draws = None
     with single_threaded_blas():
+        delta = curves_delta(list(zip(computes, losses)), form, delta, n_starts)
         point = fit_joint_curves(computes, losses, form, delta, n_starts)
         if n_boot > 0:
             draws, ok = bootstrap_joint(point, n_boot, np.random.default_rng(seed), delta)
@@ -451,14 +465,21 @@ def joint_result(
             if draws is not None:
                 with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                     samples = np.exp((log_a_s[b] - log_a_s[v]) / alpha_s)
-            multipliers[(v, b)] = estimate(value, samples, level, df)
+            multipliers[(v, b)] = estimate(value, samples, level, df, failed)
     return JointPowerLawFit(
         form=form,
         labels=labels,
         laws=laws,
-        A={lab: estimate(laws[lab].A, None if draws is None else np.exp(log_a_s[lab]), level, df) for lab in labels},
-        alpha=estimate(alpha_hat, alpha_s, level, df),
-        E=(estimate(float(theta[0]), None if draws is None else draws[:, 0], level, df) if model.offset else None),
+        A={
+            lab: estimate(laws[lab].A, None if draws is None else np.exp(log_a_s[lab]), level, df, failed)
+            for lab in labels
+        },
+        alpha=estimate(alpha_hat, alpha_s, level, df, failed),
+        E=(
+            estimate(float(theta[0]), None if draws is None else draws[:, 0], level, df, failed)
+            if model.offset
+            else None
+        ),
         multipliers=multipliers,
         status=point.solution.status,
         message=point.solution.message,
@@ -477,7 +498,7 @@ def fit_chinchilla(
     n_tokens: Sequence[float] | np.ndarray,
     loss: Sequence[float] | np.ndarray,
     *,
-    delta: float = HUBER_DELTA,
+    delta: float | str = AUTO,
     level: float = DEFAULT_LEVEL,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
@@ -504,6 +525,7 @@ def fit_chinchilla(
     replicates = None
     failed = 0
     with single_threaded_blas():
+        delta = resolve_delta(delta, [(model, y)], n_starts)
         sol = minimize(model, y, None, delta, n_starts)
         if n_boot > 0:
             rng = np.random.default_rng(seed)
@@ -520,7 +542,7 @@ def fit_chinchilla(
     df = y.size - 5
     return ChinchillaFit(
         law=law,
-        **{k: estimate(values[k], samples[k], level, df) for k in values},
+        **{k: estimate(values[k], samples[k], level, df, failed) for k in values},
         status=sol.status,
         message=sol.message,
         objective=sol.objective,

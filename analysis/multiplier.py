@@ -39,7 +39,7 @@ from analysis.errors import FitInputError
 from analysis.fit import CurveFit, PowerLawFit, clean_inputs, fit_curve
 from analysis.laws import OFFSET_POWER, POWER, PowerLaw, law_params
 from analysis.models import PowerModel
-from analysis.optimizer import HUBER_DELTA, Solution
+from analysis.optimizer import AUTO, Solution
 from analysis.study import BUDGETS, CurveData, Study, run_study
 from analysis.study_stats import (
     Statistic,
@@ -128,7 +128,7 @@ class _Side:
     law: PowerLaw
     fit: CurveFit | None = None
     data: CurveData | None = None
-    delta: float = HUBER_DELTA
+    delta: float | str = AUTO
 
     @property
     def form(self) -> str:
@@ -210,15 +210,18 @@ def compute_multiplier(
         )
     at_values = _at_values(at, var, points)
     sides = [s for s in (base, var) if s.fit is not None]
+    # the replicates refit every curve at one loss scale: two fits made at different scales (each "auto" scale is set
+    # from its own curve's residuals) are refitted at one scale pooled from both
+    one_scale = len({s.delta for s in sides}) <= 1
     study = run_study(
         [s.data for s in sides],
         base.form,
-        delta=base.delta,
+        delta=base.delta if one_scale else AUTO,
         level=level,
         n_boot=n_boot if sides else 0,
         seed=seed,
         joint=shared_exponent,
-        fits={s.label: s.fit for s in sides},
+        fits={s.label: s.fit for s in sides} if one_scale else None,
         interval=resample,
     )
     stat, method = _log_multiplier(study, base, var, at_values, shared_exponent, points)

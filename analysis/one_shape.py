@@ -39,7 +39,7 @@ Pure numpy/scipy/pandas; never imports torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,20 @@ class ShapeGap:
     n_pairs: int
     lr: float  # the rate its loss is read at (the envelope's minimum, or the chosen rate)
     edge: str = ""  # "low" / "high": the envelope's minimum sits at that end of the swept rates
+    p_value: float = math.nan  # two-sided, of "the gap is 0", from the gap's t statistic (nan without an interval)
+    p_holm: float = math.nan  # the same, Holm-adjusted over every gap of the sweep that has one (the family)
+
+    def reading(self) -> str:
+        """What the gap says once the family is accounted for: the Holm-adjusted p-value against 1 - the level."""
+        if not self.gap.has_interval:
+            return ""
+        alpha = 1 - self.gap.level
+        side = "lower loss" if self.gap.value > 0 else "higher loss"
+        if self.p_holm < alpha:
+            return f"{side}, resolved after Holm (p {self.p_holm:.2g})"
+        if self.p_value < alpha:
+            return f"not resolved after Holm (p {self.p_holm:.2g}; raw {self.p_value:.2g})"
+        return "no detectable difference"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +90,8 @@ class ShapeGap:
             "n_pairs": self.n_pairs,
             "lr": json_number(self.lr),
             "edge": self.edge,
+            "p_value": json_number(self.p_value),
+            "p_holm": json_number(self.p_holm),
         }
 
 
@@ -151,6 +167,7 @@ def one_shape_comparison(
     table = {c: _seed_losses(by_curve[c]) for c in curves}
     effects, cov, df, s2 = _seed_blocks(table, pooled)
     gaps = []
+    p_values: dict[str, float] = {}
     for c in curves:
         if c == baseline:
             continue
@@ -167,12 +184,15 @@ def one_shape_comparison(
             value = effects[baseline] - effects[c]
             est = Estimate(value, level=level)
             var = s2 * (cov[i, i] + cov[j, j] - 2 * cov[i, j]) + shared.get(c, 0.0) + shared.get(baseline, 0.0)
-            if interval and df and math.isfinite(var):
+            if interval and df and math.isfinite(var) and var > 0:
                 from scipy.stats import t as student_t
 
                 half = float(student_t.ppf(0.5 + level / 2, df)) * math.sqrt(var)
                 est = Estimate(value, value - half, value + half, level)
+                p_values[c] = float(2 * student_t.sf(abs(value) / math.sqrt(var), df))
         gaps.append(ShapeGap(c, float(r.loss), est, n_pairs, float(r.lr), cell.edge if cell is not None else ""))
+    holm = holm_adjusted(p_values)
+    gaps = [replace(g, p_value=p_values.get(g.curve, math.nan), p_holm=holm.get(g.curve, math.nan)) for g in gaps]
     return ShapeComparison(
         n_layer,
         d_model,
@@ -184,6 +204,19 @@ def one_shape_comparison(
         df,
         math.sqrt(sigma2) if math.isfinite(sigma2) else math.nan,
     )
+
+
+def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (Holm 1979): the k-th smallest is multiplied by the
+    number of hypotheses not yet rejected (m - k + 1), and the adjusted values are made non-decreasing in that
+    order and capped at 1. It controls the family-wise error rate at least as tightly as Bonferroni and rejects at
+    least as much; a gap whose adjusted p is below 1 - level is resolved at that level for the family as a whole."""
+    order = sorted(p_values, key=lambda k: p_values[k])
+    m, running, out = len(order), 0.0, {}
+    for k, name in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p_values[name]))
+        out[name] = running
+    return out
 
 
 def _seed_losses(point: Any) -> dict[int, float]:

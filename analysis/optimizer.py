@@ -1,39 +1,85 @@
-"""The optimiser of every fit: a Huber loss on log residuals, minimised from a grid of starting points.
+"""The optimiser of every fit: a smooth robust loss on log residuals, minimised from a grid of starting points.
 
-Every fit minimises ``sum_i w_i huber_delta(log Lhat_i - log L_i)`` (a sum over points, not a mean; the weights
-w are resampling counts, or 1; delta defaults to 1e-3 as in Hoffmann et al. 2022 and Besiroglu et al. 2024) over
-the parameters of a model of :mod:`analysis.models`, within the model's bounds.
+Every fit minimises ``sum_i w_i rho_delta(log Lhat_i - log L_i)`` (a sum over points, not a mean; the weights w are
+resampling counts, or 1) over the parameters of a model of :mod:`analysis.models`, within the model's bounds. The
+loss is the pseudo-Huber function ``rho(r) = delta^2 (sqrt(1 + (r / delta)^2) - 1)``: r^2 / 2 for residuals well
+inside the scale ``delta``, growing like ``delta |r|`` far beyond it (one bad point pulls with a bounded force), and
+strictly convex everywhere. That last property is why it replaced the Huber loss: Huber's linear pieces have no
+curvature, and with its delta below most residuals a fit of a few points had a flat face of minimisers, so the
+answer depended on where the solver started (and on the BLAS kernel; docs/analysis.md, "One answer per fit"). A
+model that is linear in its parameters (the pure power law in log space, the envelope's parabola) now has exactly
+one minimum.
+
+``delta`` is set from the data by default (:func:`data_scale`): 1.345 robust standard deviations of the residuals of
+a least-squares fit of the same model, floored at :data:`DELTA_FLOOR`, so that most residuals lie in the quadratic
+part and a point several standard deviations out is down-weighted (Huber's tuning constant: 95 % efficiency under
+Gaussian noise).
 
 :func:`minimize` evaluates the objective on the model's grid of starting points at once, runs L-BFGS-B (tight
 tolerances, analytic gradient) from the best ``n_starts`` of them, and polishes the best solution by a damped
-Gauss-Newton iteration on the same objective (iteratively reweighted for the Huber loss), which reaches the
-minimum to machine precision where L-BFGS-B stops early. Its :class:`Solution` carries a status:
-``converged``, ``hit_bound`` (a parameter sits on its bound: an exponent at 0, E at ~0, ...) or
-``not_converged``. :func:`refit` refits bootstrap replicates by the same Gauss-Newton iteration, vectorised over
-replicates and warm-started at the point estimate, with L-BFGS-B as the fallback for the rare replicate it does
-not settle. Pure numpy/scipy; never imports torch.
+Newton iteration on the same objective, which reaches the minimum to machine precision where L-BFGS-B stops early.
+Its :class:`Solution` carries a status: ``converged``, ``hit_bound`` (a parameter sits on its bound: an exponent at
+0, E at ~0, ...) or ``not_converged``. :func:`refit` refits bootstrap replicates by the same Newton iteration,
+vectorised over replicates and warm-started at the point estimate, with L-BFGS-B as the fallback for the rare
+replicate it does not settle. Pure numpy/scipy; never imports torch.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import optimize
 
-HUBER_DELTA = 1e-3
+DELTA_FLOOR = 1e-3  # the smallest scale: a fit whose residuals are all ~0 (noise-free data) is not made scale-free
+AUTO = "auto"  # delta set from the data (data_scale)
+HUBER_K = 1.345  # the scale in robust standard deviations of the residuals (Huber's constant)
+LEAST_SQUARES_DELTA = 100.0  # a scale log-loss residuals never approach: least squares (to (r / 100)^2 ~ 1e-8)
 STATUSES = ("converged", "hit_bound", "not_converged")
 DEFAULT_STARTS = 8
 
 _LBFGSB_OPTIONS = {"maxiter": 10_000, "maxfun": 50_000, "ftol": 1e-15, "gtol": 1e-12, "maxcor": 30}
 
 
-def huber(r: np.ndarray, delta: float) -> np.ndarray:
-    """Huber loss: r^2 / 2 for |r| <= delta, delta * (|r| - delta / 2) beyond."""
-    a = np.abs(r)
-    return np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+def pseudo_huber(r: np.ndarray, delta: float) -> np.ndarray:
+    """``delta^2 (sqrt(1 + (r / delta)^2) - 1)``: r^2 / 2 near 0, ``delta |r|`` (less a constant) far out."""
+    r = np.asarray(r)
+    u = r / delta
+    return r * r / (1.0 + np.sqrt(1.0 + u * u))  # the same, without the cancellation of sqrt(1 + u^2) - 1
+
+
+def psi(r: np.ndarray, delta: float) -> np.ndarray:
+    """The loss's derivative: r / sqrt(1 + (r / delta)^2), bounded by delta."""
+    u = np.asarray(r) / delta
+    return r / np.sqrt(1.0 + u * u)
+
+
+def curvature(r: np.ndarray, delta: float) -> np.ndarray:
+    """The loss's second derivative, (1 + (r / delta)^2)^(-3/2): positive everywhere (strict convexity)."""
+    u = np.asarray(r) / delta
+    return (1.0 + u * u) ** -1.5
+
+
+def robust_sd(residuals: Iterable[tuple[np.ndarray, int]]) -> float:
+    """The pooled robust standard deviation of groups of least-squares residuals, each with the number of parameters
+    fitted to it: 1.4826 x the median absolute residual, scaled by sqrt(n / (n - p)) for what the fits absorbed
+    (n points, p parameters, summed over the groups). Groups without a degree of freedom are left out; 0 when none
+    has one."""
+    kept = [(np.abs(np.asarray(r, dtype=float)), p) for r, p in residuals if np.size(r) > p]
+    if not kept:
+        return 0.0
+    n = sum(r.size for r, _ in kept)
+    p = sum(p for _, p in kept)
+    return float(1.4826 * np.median(np.concatenate([r for r, _ in kept])) * math.sqrt(n / (n - p)))
+
+
+def data_scale(residuals: Iterable[tuple[np.ndarray, int]]) -> float:
+    """The loss's scale for fits with these least-squares residuals (:func:`robust_sd`): ``max(DELTA_FLOOR, HUBER_K x
+    robust sd)``."""
+    return max(DELTA_FLOOR, HUBER_K * robust_sd(residuals))
 
 
 @dataclass(frozen=True)
@@ -41,15 +87,15 @@ class Solution:
     """The best point a fit found: its parameters (internal coordinates), objective, status and how it ended."""
 
     theta: np.ndarray
-    objective: float  # sum of Huber losses, unscaled
+    objective: float  # sum of the losses, unscaled
     status: str
     message: str
 
 
 def objective(model: Any, theta: np.ndarray, y: np.ndarray, w: np.ndarray | None, delta: float) -> np.ndarray:
-    """The (weighted) sum of Huber losses of the log residuals, for a batch of theta (B, p): (B,)."""
+    """The (weighted) sum of the losses of the log residuals, for a batch of theta (B, p): (B,)."""
     pred, _ = model.predict(theta)
-    loss = huber(pred - y, delta)
+    loss = pseudo_huber(pred - y, delta)
     return (loss if w is None else w * loss).sum(axis=-1)
 
 
@@ -62,14 +108,13 @@ def gauss_newton(
     max_iter: int = 300,
     xtol: float = 1e-13,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Minimise the Huber objective for a batch of replicates at once; returns (theta (B, p), converged (B,)).
+    """Minimise the objective for a batch of replicates at once; returns (theta (B, p), converged (B,)).
 
     Each iteration tries two Levenberg-Marquardt steps and keeps the better one if it does not increase
-    the replicate's objective: an iteratively-reweighted step (weights ``min(1, delta / |r|)``: the
-    quadratic majoriser of the Huber loss, robust far from the minimum) and a Newton step (weight 1 inside
-    ``delta``, 0 outside: the Huber loss's own curvature, which reaches the minimum in a few steps once the
-    points inside ``delta`` are settled, where the reweighted step alone converges only linearly). Steps
-    are projected onto the bounds.
+    the replicate's objective: an iteratively-reweighted step (weights ``psi(r) / r``: the quadratic majoriser of
+    the loss, robust far from the minimum) and a Gauss-Newton step on the loss's own curvature (which converges
+    quadratically near the minimum, where the reweighted step alone converges only linearly). Steps are projected
+    onto the bounds.
     """
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # wild trial steps are rejected below
         return _gauss_newton_steps(model, theta0, y, w, delta, max_iter, xtol)
@@ -85,7 +130,7 @@ def _gauss_newton_steps(
     w = np.ones((b, n)) if w is None else np.broadcast_to(np.atleast_2d(w), (b, n))
     pred, J = model.predict(theta, jac=True)
     r = pred - y
-    f = (w * huber(r, delta)).sum(axis=1)
+    f = (w * pseudo_huber(r, delta)).sum(axis=1)
     lam = np.full(b, 1e-3)
     done = np.zeros(b, dtype=bool)
     ok = np.zeros(b, dtype=bool)
@@ -95,11 +140,10 @@ def _gauss_newton_steps(
         if act.size == 0:
             break
         ra, wa, Ja, th, ya = r[act], w[act], J[act], theta[act], y[act]
-        absr = np.abs(ra)
-        inside = absr <= delta
-        g = np.einsum("bnp,bn->bp", Ja, wa * np.clip(ra, -delta, delta))
-        H_irls = np.einsum("bnp,bn,bnq->bpq", Ja, wa * np.where(inside, 1.0, delta / np.maximum(absr, 1e-300)), Ja)
-        H_newton = np.einsum("bnp,bn,bnq->bpq", Ja, wa * inside, Ja)
+        u = ra / delta
+        g = np.einsum("bnp,bn->bp", Ja, wa * psi(ra, delta))
+        H_irls = np.einsum("bnp,bn,bnq->bpq", Ja, wa / np.sqrt(1.0 + u * u), Ja)
+        H_newton = np.einsum("bnp,bn,bnq->bpq", Ja, wa * curvature(ra, delta), Ja)
         # parameters on a bound that the gradient pushes against stay there: solve for the others only
         # (a projected step that includes them would be clipped and distort the step of the rest)
         fixed = ((th <= model.lower) & (g > 0)) | ((th >= model.upper) & (g < 0))
@@ -120,7 +164,7 @@ def _gauss_newton_steps(
             new = np.clip(th + step, model.lower, model.upper)
             pred_n, J_n = model.predict(new, jac=True)
             r_n = pred_n - ya
-            f_n = (wa * huber(r_n, delta)).sum(axis=1)
+            f_n = (wa * pseudo_huber(r_n, delta)).sum(axis=1)
             f_n = np.where(np.isfinite(f_n), f_n, np.inf)
             better = f_n < best_f
             best_f = np.where(better, f_n, best_f)
@@ -150,18 +194,39 @@ def lbfgsb(model: Any, theta0: np.ndarray, y: np.ndarray, w: np.ndarray | None, 
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             pred, J = model.predict(th[None], jac=True)
         r = pred[0] - y
-        hub = huber(r, delta)
-        psi = np.clip(r, -delta, delta)
+        loss, slope = pseudo_huber(r, delta), psi(r, delta)
         if w is not None:
-            hub, psi = w * hub, w * psi
-        value = float(hub.sum() * scale)
-        grad = J[0].T @ psi * scale
+            loss, slope = w * loss, w * slope
+        value = float(loss.sum() * scale)
+        grad = J[0].T @ slope * scale
         if not (math.isfinite(value) and np.all(np.isfinite(grad))):
             return math.inf, np.zeros_like(th)  # outside the region where the model is defined: L-BFGS-B backtracks
         return value, grad
 
     x0 = np.clip(theta0, model.lower, model.upper)
     return optimize.minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=model.bounds, options=_LBFGSB_OPTIONS)
+
+
+def resolve_delta(
+    delta: float | str, problems: Iterable[tuple[Any, np.ndarray]], n_starts: int = DEFAULT_STARTS
+) -> float:
+    """The loss's scale: ``delta`` itself, or for ``"auto"`` the :func:`data_scale` of the least-squares residuals of
+    each (model, log loss) problem, every one fitted on its own (pooled, so that a sweep's curves share one scale)."""
+    if delta != AUTO:
+        return float(delta)
+    residuals = []
+    for model, y in problems:
+        sol = minimize(model, y, None, LEAST_SQUARES_DELTA, n_starts)
+        residuals.append((y - model.predict(sol.theta[None])[0][0], model.n_params))
+    return data_scale(residuals)
+
+
+def check_delta(delta: float | str, error: type[Exception] = ValueError) -> None:
+    """One clear error for a scale no fit can use."""
+    if delta == AUTO:
+        return
+    if isinstance(delta, str) or not (delta > 0 and math.isfinite(delta)):
+        raise error(f"delta must be 'auto' (set from the residuals) or a positive number, got {delta!r}")
 
 
 def at_bound(model: Any, theta: np.ndarray) -> np.ndarray:
@@ -171,7 +236,7 @@ def at_bound(model: Any, theta: np.ndarray) -> np.ndarray:
 
 
 def minimize(model: Any, y: np.ndarray, w: np.ndarray | None, delta: float, n_starts: int = DEFAULT_STARTS) -> Solution:
-    """Multi-start L-BFGS-B, polished by Gauss-Newton; the status of the best solution."""
+    """Multi-start L-BFGS-B, polished by Newton; the status of the best solution."""
     starts = np.clip(model.starts(y), model.lower, model.upper)
     values = objective(model, starts, y, w, delta)
     order = np.argsort(np.where(np.isfinite(values), values, np.inf), kind="stable")[: max(1, n_starts)]

@@ -20,6 +20,7 @@ from analysis.bootstrap import Estimate, json_number
 from analysis.checks import MissingSeeds
 from analysis.depth import DepthTrend
 from analysis.envelope import Envelopes
+from analysis.environment import fit_environment
 from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit
 from analysis.frontier import FrontierMultiplier
 from analysis.load import Problem
@@ -451,6 +452,7 @@ class FitReport:
             "unreadable": [p.to_dict() for p in self.unreadable],
             "compute_unit": UNIT_NAMES[self.settings.compute_unit],
             "settings": self.settings.to_dict(),
+            "environment": fit_environment(),
             "problems": [p.to_dict() for p in self.problems],
             "sweeps": [s.to_dict() for s in self.sweeps],
         }

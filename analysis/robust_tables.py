@@ -7,6 +7,7 @@ Pure Python; no I/O; never imports torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -41,9 +42,15 @@ def envelope_table(sw: SweepFit) -> FitTable:
         )
         for c in sw.envelope.cells
     )
+    split = any(c.shape == "split" for c in sw.envelope.cells)
+    curve = (
+        "a split parabola with a level per seed and its own curvature each side of its vertex, over every rate"
+        if split
+        else "a parabola with a level per seed, over the 3 rates around the cell's best"
+    )
     what = (
-        "learning-rate envelope per cell: the minimum of log loss against ln(rate) (a parabola with a level per "
-        "seed, fitted over the 3 rates around the cell's best), within the swept rates"
+        f"learning-rate envelope per cell: the minimum of log loss against ln(rate) ({curve}; least squares, "
+        "curvature >= 0), within the swept rates"
     )
     hint = (
         f"; {EDGE_MARK}: the minimum lies at that end of the swept rates, so the loss is an upper bound: widen the "
@@ -51,6 +58,13 @@ def envelope_table(sw: SweepFit) -> FitTable:
         if sw.envelope.edges
         else ""
     )
+    aside = [(c, a) for c in sw.envelope.cells for a in c.set_aside]
+    if aside:
+        hint += "; set aside (a run far above its cell's fit without it, then fitted again without it): " + "; ".join(
+            f"{c.curve} at {c.size}, {_tokens(c.tokens)} tokens, seed {a.seed} at lr {a.lr:.3g} ({a.run_id}): "
+            f"{100 * math.expm1(a.excess):+.1f} %, {a.z:.1f} standard errors"
+            for c, a in aside
+        )
     return FitTable(
         ("curve", "size", "tokens", "rates swept", "seeds", "best lr", "loss at best lr", "edge"),
         rows,

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import AnalysisError
-from analysis.optimizer import HUBER_DELTA, minimize
+from analysis.optimizer import AUTO, minimize, resolve_delta
 from attnres.variants import Variant
 
 SELECT_METHODS = ("mean", "median", "best")
@@ -224,11 +224,12 @@ def needs_frontier(points: pd.DataFrame, rtol: float = BUDGET_RTOL) -> bool:
 
 
 def isoflop_frontier(
-    points: pd.DataFrame, *, rtol: float = BUDGET_RTOL, delta: float = HUBER_DELTA
+    points: pd.DataFrame, *, rtol: float = BUDGET_RTOL, delta: float | str = AUTO
 ) -> tuple[pd.DataFrame, tuple[str, ...]]:
     """The compute-optimal point of every (curve, budget) of an IsoFLOP grid, and notes on dropped budgets.
 
-    Per budget: log loss is fitted as a quadratic in log N (Huber loss, as every fit here); the frontier
+    Per budget: log loss is fitted as a quadratic in log N (the robust loss of every fit here, its scale from this
+    budget's least-squares residuals unless ``delta`` is given); the frontier
     point is the vertex (N*, L*). Budgets with fewer than three sizes, whose lowest measured loss is at an
     end of the size grid, or whose fitted curvature is not positive are dropped, with a note saying why.
     Returned columns: those of :func:`select_points` (params = N*, tokens = D* interpolated in log-log,
@@ -260,7 +261,8 @@ def isoflop_frontier(
             x = np.log(sizes)
             centre, scale = float(x.mean()), float(x.std()) or 1.0
             t = (x - centre) / scale
-            sol = minimize(_QuadraticModel(t), np.log(loss), None, delta, n_starts=1)
+            model, y = _QuadraticModel(t), np.log(loss)
+            sol = minimize(model, y, None, resolve_delta(delta, [(model, y)], n_starts=1), n_starts=1)
             c0, c1, c2 = sol.theta
             if sol.status != "converged":
                 notes.append(

@@ -4,8 +4,8 @@ each alternative choice, as point estimates (no bootstrap).
 The choices (Porian et al. 2024 show each can move a fitted scaling law by more than its interval):
 
 * the fit form: ``A*C^-alpha`` or ``E+A*C^-alpha``;
-* the Huber delta on log-loss residuals: 1e-3 (at 1-2 % residuals close to least absolute deviations), 1e-1,
-  and least squares (a delta no log residual reaches);
+* the robust loss's scale on log-loss residuals (the headline's is set from the residuals): 1e-3 (at 1-2 %
+  residuals close to least absolute deviations), 1e-1, and least squares (a scale no log residual reaches);
 * the seed aggregation of a point: mean over seeds, their median, or the best run;
 * leaving each budget out in turn (the same budget for every curve: a jackknife over budgets).
 
@@ -29,6 +29,7 @@ import numpy as np
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
 from analysis.laws import OFFSET_POWER, POWER, law_params
+from analysis.optimizer import AUTO, LEAST_SQUARES_DELTA
 from analysis.paired import budget_name
 from analysis.settings import FitSettings
 from analysis.study import CurveData, run_study
@@ -38,7 +39,6 @@ from analysis.study_stats import curves_log_multiplier, shared_log_multiplier
 # because analysis.results imports this module (the import graph has no cycles)
 VariantMultiplier = Any
 
-LEAST_SQUARES_DELTA = 10.0  # a Huber delta no log-loss residual reaches (a factor e^10): plain least squares
 DELTAS = (1e-3, 1e-1, LEAST_SQUARES_DELTA)
 
 
@@ -46,7 +46,7 @@ DELTAS = (1e-3, 1e-1, LEAST_SQUARES_DELTA)
 class SensitivityRow:
     """M at the headline's compute under one alternative analysis choice (nan where it cannot be fitted)."""
 
-    aspect: str  # "form", "Huber delta", "points", "budgets"
+    aspect: str  # "form", "loss scale", "points", "budgets"
     choice: str
     multiplier: float
     note: str = ""
@@ -103,19 +103,23 @@ def form_name(form: str) -> str:
     return "L = A C^-alpha" if form == POWER else "L = E + A C^-alpha"
 
 
-def delta_name(delta: float) -> str:
-    return "least squares" if delta >= LEAST_SQUARES_DELTA else f"Huber delta {delta:g}"
+def delta_name(delta: float, auto: bool = False) -> str:
+    """The loss scale in words: ``least squares``, ``robust scale 0.1``, or (set from the residuals, ``auto``)
+    ``robust scale 0.0042 from the residuals``."""
+    if delta >= LEAST_SQUARES_DELTA:
+        return "least squares"
+    return f"robust scale {delta:.2g}" + (" from the residuals" if auto else "")
 
 
 def select_name(select: str) -> str:
     return {"mean": "mean over seeds", "median": "median over seeds"}.get(select, "best run per point")
 
 
-def headline_choice(settings: FitSettings, n_budgets: int) -> str:
-    """The choices the headline was made with, in words: ``L = A C^-alpha, Huber delta 0.001, mean over seeds,
-    all 5 budgets``."""
+def headline_choice(settings: FitSettings, n_budgets: int, delta: float) -> str:
+    """The choices the headline was made with, in words (``delta``: the scale its fits used): ``L = A C^-alpha,
+    robust scale 0.0042 from the residuals, mean over seeds, all 5 budgets``."""
     return (
-        f"{form_name(settings.form)}, {delta_name(settings.delta)}, {select_name(settings.select)}, "
+        f"{form_name(settings.form)}, {delta_name(delta, settings.delta == AUTO)}, {select_name(settings.select)}, "
         f"all {n_budgets} budgets"
     )
 
@@ -171,10 +175,12 @@ def sweep_sensitivity(
     settings: FitSettings,
     multipliers: Sequence[VariantMultiplier],
     prepare: Callable[[FitSettings], list[CurveData]],
+    delta: float,
 ) -> tuple[Sensitivity, ...]:
     """The sensitivity of every variant's headline in one sweep. ``data``: the curves the headline was fitted
-    to; ``prepare(settings)``: the curves under other settings (another form or seed aggregation), raising
-    :class:`FitInputError` when they cannot be fitted so."""
+    to, with the loss scale ``delta``; ``prepare(settings)``: the curves under other settings (another form or seed
+    aggregation), raising :class:`FitInputError` when they cannot be fitted so. The alternatives that keep the
+    headline's scale setting apply it to their own data (an "auto" scale is set from their residuals)."""
     if not multipliers:
         return ()
     base = settings.baseline
@@ -200,12 +206,12 @@ def sweep_sensitivity(
             prepare(replace(settings, form=other_form)), other_form, settings.delta, base, wanted
         ),
     )
-    for delta in DELTAS:
-        if not math.isclose(delta, settings.delta):
+    for other in DELTAS:
+        if not math.isclose(other, delta):
             add(
-                "Huber delta",
-                delta_name(delta),
-                lambda d=delta: point_multipliers(data, settings.form, d, base, wanted),
+                "loss scale",
+                delta_name(other),
+                lambda d=other: point_multipliers(data, settings.form, d, base, wanted),
             )
     for other_select in [s for s in ("mean", "median", "best") if s != settings.select]:
         add(
@@ -228,7 +234,7 @@ def sweep_sensitivity(
             m.variant,
             m.compute,
             m.exponent,
-            headline_choice(settings, n_budgets),
+            headline_choice(settings, n_budgets, delta),
             m.multiplier.value,
             tuple(rows[m.variant]),
         )

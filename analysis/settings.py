@@ -1,7 +1,9 @@
 """The options of a fit (``attnres fit``, ``attnres report``, :func:`analysis.fit_results`), declared once:
 :class:`FitSettings` holds every option with its default, its choices and its help text (each field's metadata),
-and the command line is built from it (:func:`analysis.cli.add_fit_options`); :meth:`FitSettings.check` is the one
-place their values are checked. fit.json writes them all (``settings``).
+and the command line is built from it (:func:`analysis.cli.add_fit_options`); :func:`check_settings` is the one
+place their values are checked, and :meth:`FitSettings.words` / :meth:`FitSettings.describe` the one place they are
+put into words (the CLI's settings lines, the report's provenance and captions, the sensitivity table all read
+them). fit.json writes them all (``settings``).
 
 Pure Python; never imports torch.
 """
@@ -13,9 +15,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT
+from analysis.depth import NOISE_FLOOR
 from analysis.errors import AnalysisError
-from analysis.laws import FORMS, PFLOP_S_DAY, POWER, normalize_form
-from analysis.optimizer import HUBER_DELTA
+from analysis.laws import FORMS, OFFSET_POWER, PFLOP_S_DAY, POWER, normalize_form
+from analysis.optimizer import AUTO, DELTA_FLOOR, HUBER_K, LEAST_SQUARES_DELTA, check_delta
 from analysis.points import LR_RULES, PROTOCOLS
 from analysis.select import BUDGET_RTOL, SELECT_METHODS
 from analysis.stalls import STALL_MARGIN
@@ -37,6 +40,25 @@ DEFAULT_BASELINE = "baseline"
 TUNING_SUFFIX = "-tune"  # the sweep name `attnres tune` gives its trials
 
 TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's WSD trunks (attnres.training.branches): constant rate, no budget
+
+
+# The words for each setting's values (FitSettings.words): what a point stands for, how its rate was chosen, whose
+FORM_WORDS = {POWER: "L = A * C^-alpha (the paper's form)", OFFSET_POWER: "L = E + A * C^-alpha"}
+SELECT_WORDS = {"mean": "the mean over seeds", "median": "the median over seeds", "best": "the best of the seeds"}
+LR_WORDS = {
+    "best": "the best learning rate trained",
+    "envelope": "the learning-rate envelope's minimum (--lr envelope: a parabola in ln rate over the 3 rates around "
+    "the best, least squares)",
+    "split": "the learning-rate envelope's minimum (--lr split: a split parabola over every rate, least squares)",
+}
+PROTOCOL_WORDS = {
+    "per-variant": "each variant at its own",
+    "paper": "every variant at the baseline's (the paper's protocol)",
+}
+RESAMPLE_WORDS = {
+    "budgets": "resampling the budgets' deviations from the law",
+    "seeds": "resampling the seeds at each budget",
+}
 
 
 def option(default: Any, help: str, *, flag: str | None = None, choices: tuple | None = None, cli: bool = True) -> Any:
@@ -62,7 +84,11 @@ class FitSettings:
     level: float = option(DEFAULT_LEVEL, "confidence level of the intervals (default 0.9)")
     n_boot: int = option(DEFAULT_N_BOOT, "bootstrap resamples (default 1000; 0: no intervals)")
     seed: int = option(0, "seed of the bootstrap (default 0)")
-    delta: float = option(HUBER_DELTA, "Huber delta on log-loss residuals (default 1e-3)")
+    delta: float | str = option(
+        AUTO,
+        "scale of the robust (pseudo-Huber) loss on log-loss residuals: auto (default: 1.345 robust standard "
+        "deviations of the least-squares residuals, at least 1e-3) or a number (10: least squares)",
+    )
     exponent: str = option(
         "auto",
         "headline multiplier from a shared exponent, separate ones, or auto: shared unless the test says they differ",
@@ -109,6 +135,13 @@ class FitSettings:
         "(default 0.05; 0: no flags); the headline is also given without the flagged runs",
     )
 
+    noise_floor: float = option(
+        NOISE_FLOOR,
+        "the least per-seed noise (%% of loss) of one depth's paired gap that a depth trend's interval assumes, "
+        "however closely the depths' gaps sit on their line (default 0.61, measured in cpu_envelope; 0: the "
+        'residuals alone; docs/analysis.md, "The depth trend")',
+    )
+
     metric: str = option(
         "val",
         "the loss fitted: val (each run's validation split, default) or the name of an extra evaluation set the runs "
@@ -118,6 +151,55 @@ class FitSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "form", normalize_form(self.form))
         check_settings(self)
+
+    def loss_words(self, delta: float | None = None) -> str:
+        """The fits' loss in words; ``delta``: the scale a fit used, where the setting is "auto"."""
+        if self.delta != AUTO:
+            if self.delta >= LEAST_SQUARES_DELTA:
+                return "least squares on log loss"
+            return f"pseudo-Huber loss on log loss, scale {self.delta:g}"
+        rule = f"{HUBER_K} robust sd of the least-squares residuals, at least {DELTA_FLOOR:g}"
+        if delta is None:
+            return f"pseudo-Huber loss on log loss, its scale from each sweep's residuals ({rule})"
+        return f"pseudo-Huber loss on log loss, scale {delta:.2g} ({rule})"
+
+    def words(self, delta: float | None = None) -> dict[str, str]:
+        """Every setting that decides a number, in words, by what it decides: ``form``, ``points`` (which runs a
+        point stands for and at which learning rate), ``loss``, ``intervals``, ``exponent``, ``baseline``."""
+        pct = int(round(self.level * 100))
+        intervals = (
+            f"{pct}% bootstrap intervals from {self.n_boot} resamples (seed {self.seed}), "
+            f"{RESAMPLE_WORDS[self.resample]}"
+            if self.n_boot > 0
+            else "no interval (--n-boot 0): point estimates only"
+        )
+        exponent = {
+            "auto": "a shared exponent unless the exponent test says they differ",
+            "shared": "a shared exponent",
+            "unshared": "each curve's own exponent",
+        }[self.exponent]
+        return {
+            "form": FORM_WORDS[self.form],
+            "points": f"{SELECT_WORDS[self.select]} at {LR_WORDS[self.lr]}, {PROTOCOL_WORDS[self.protocol]}",
+            "loss": self.loss_words(delta),
+            "intervals": intervals,
+            "exponent": exponent,
+            "baseline": f"compared with `{self.baseline}`",
+        }
+
+    def points_short(self) -> str:
+        """What a point stands for, short enough for a figure's title: ``mean over seeds at the envelope minimum``."""
+        rate = {"best": "the best rate", "envelope": "the envelope minimum", "split": "the split envelope minimum"}
+        return f"{SELECT_WORDS[self.select].removeprefix('the ')} at {rate[self.lr]}"
+
+    def describe(self, delta: float | None = None) -> str:
+        """The settings in one sentence (the report's provenance): ``fits: L = A * C^-alpha (the paper's form);
+        points: the mean over seeds at ...; loss: ...; intervals: ...; exponent: ...; compared with `baseline```."""
+        w = self.words(delta)
+        return (
+            f"fits: {w['form']}; points: {w['points']}; loss: {w['loss']}; intervals: {w['intervals']}; "
+            f"exponent: {w['exponent']}; {w['baseline']}"
+        )
 
     @property
     def interval(self) -> str:
@@ -147,10 +229,22 @@ def add_arguments(parser: Any) -> None:
         if f.type == "bool":  # a switch that turns a default-on option off
             parser.add_argument(*flags, dest=f.name, action="store_false", help=meta["help"])
             continue
-        kind = {"float": float, "int": int}.get(f.type, str)
+        kind = {"float": float, "int": int, "float | str": _number_or_auto}.get(f.type, str)
         parser.add_argument(
             *flags, dest=f.name, type=kind, default=f.default, choices=meta["choices"], help=meta["help"]
         )
+
+
+def _number_or_auto(text: str) -> float | str:
+    """A command-line value that is "auto" or a number."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return float(text)
+    except ValueError:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor a number") from None
 
 
 def from_arguments(args: Any) -> FitSettings:
@@ -184,5 +278,6 @@ def check_settings(s: FitSettings) -> None:
         raise AnalysisError(f"n_boot must be >= 0 (0 skips the bootstrap), got {s.n_boot!r}")
     if not (s.metric and all(c.isalnum() or c in "-_." for c in s.metric)):
         raise AnalysisError(f"metric={s.metric!r}: use val or the name of an evaluation set (data.eval_sets)")
-    if not s.delta > 0:
-        raise AnalysisError(f"delta must be positive, got {s.delta!r}")
+    check_delta(s.delta, AnalysisError)
+    if not (s.noise_floor >= 0 and math.isfinite(s.noise_floor)):
+        raise AnalysisError(f"noise_floor must be >= 0 (% of loss; 0: the residuals alone), got {s.noise_floor!r}")

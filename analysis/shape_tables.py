@@ -43,14 +43,15 @@ def depth_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None
                 "",
                 f"{t.gap_change.text(3)} points",
                 f"x {t.m_ratio.text(3)}",
-                f"{t.verdict()} (residual sd {t.residual_sd:.2f} %)",
+                f"{t.verdict()} ({t.noise_text()})",
             )
         )
     what = (
         "the depth trend (one width, only depth moves): the paired gap 100 (ln L_base - ln L_var) at each depth, "
         "> 0 where the variant's loss is lower, and its least-squares line over the depths; the trend is the line's "
-        "change from the shallowest to the deepest size (gap: points of %, with a t-interval on the depths' scatter "
-        "about the line; M: the ratio of the line's M at the two ends, a point estimate)"
+        "change from the shallowest to the deepest size (gap: points of %, its interval from the depths' scatter about "
+        "the line or, where that is below it, the noise floor per seed; M: the ratio of the line's M at the two ends, "
+        "a point estimate)"
     )
     gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
     header = ("variant", "size", "sublayers", gap, "M", "reading")
@@ -94,8 +95,9 @@ def architecture_table(grid: ArchitectureGrid | None) -> FitTable:
         "the architecture sweep (one parameter count, one compute): each cell's loss per curve (mean over seeds at "
         "the best rate; * the curve's best cell) and each variant's gap to the baseline in the same cell, "
         "100 (ln L_var - ln L_base), < 0 where the variant's loss is lower; last, the gap's least-squares change "
-        "from the shallowest to the deepest column over every cell, with a t interval (< 0: the variant gains more "
-        "from depth than the baseline)"
+        "from the shallowest to the deepest column, the depths as the units (each depth's gap the mean over its "
+        "head counts, which share its rate and its runs), with a t interval on the depths' scatter (< 0: the variant "
+        "gains more from depth than the baseline)"
     )
     return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")
 
@@ -106,10 +108,10 @@ def one_shape_table(one: ShapeComparison | None, settings: FitSettings, order: S
         return FitTable((), ())
     gaps = {g.curve: g for g in one.gaps}
     names = [c for c in (order or gaps) if c in gaps]
-    rows: list[tuple[Cell, ...]] = [(one.baseline, f"{one.baseline_loss:.4f}", "0", "", "", "")]
+    rows: list[tuple[Cell, ...]] = [(one.baseline, f"{one.baseline_loss:.4f}", "0", "", "", "", "")]
     for c in names:
         g = gaps[c]
-        rows.append((c, f"{g.loss:.4f}", g.gap.text(3), g.n_pairs, number(g.lr, 3), g.edge))
+        rows.append((c, f"{g.loss:.4f}", g.gap.text(3), g.n_pairs, number(g.lr, 3), g.edge, g.reading()))
     how = (
         f"a {settings.level:.0%} Student t interval on {one.df} df: the paired seeds' scatter pooled over the "
         f"curves ({one.seed_sd:.2f} points per seed)"
@@ -121,6 +123,12 @@ def one_shape_table(one: ShapeComparison | None, settings: FitSettings, order: S
         if has_intervals(settings) and one.df
         else "no interval"
     )
+    family = sum(1 for g in one.gaps if g.gap.has_interval)
+    if family > 1:
+        how += (
+            f"; {family} comparisons: each gap's p-value Holm-adjusted over all of them (the reading), so that the "
+            f"chance of any false 'resolved' in the family stays below {1 - settings.level:.0%}"
+        )
     if any(g.edge for g in one.gaps):
         how += (
             "; a curve marked edge has its envelope minimum at that end of the swept rates: its loss is an upper "
@@ -132,5 +140,5 @@ def one_shape_table(one: ShapeComparison | None, settings: FitSettings, order: S
         f"loss is lower, the mean over the seeds both ran of the paired per-seed gap; {how}"
     )
     gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
-    header = ("curve", "loss", gap, "seeds", "lr", "edge")
+    header = ("curve", "loss", gap, "seeds", "lr", "edge", "reading")
     return FitTable(header, tuple(rows), f"{what}:", f"{what[0].upper()}{what[1:]}.")

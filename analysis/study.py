@@ -19,9 +19,9 @@ import numpy as np
 from analysis._threads import single_threaded_blas
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, modified_residuals, residual_draws, run_draws
 from analysis.errors import FitInputError
-from analysis.fit import CurveFit, fit_curve, fit_joint_curves
+from analysis.fit import CurveFit, curves_delta, fit_curve, fit_joint_curves
 from analysis.laws import law_params, normalize_form
-from analysis.optimizer import DEFAULT_STARTS, HUBER_DELTA, refit
+from analysis.optimizer import AUTO, DEFAULT_STARTS, refit
 
 SEEDS = "seeds"
 BUDGETS = "budgets"
@@ -114,7 +114,7 @@ def run_study(
     curves: Sequence[CurveData],
     form: str,
     *,
-    delta: float = HUBER_DELTA,
+    delta: float | str = AUTO,
     level: float = DEFAULT_LEVEL,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
@@ -124,6 +124,10 @@ def run_study(
     interval: str = SEEDS,
 ) -> Study:
     """Fit every curve (and the joint fit of all of them), then bootstrap all fits together.
+
+    ``delta``: the robust loss's scale, or "auto" (one scale for every fit of the study, from the least-squares
+    residuals of the curves fitted one by one: :func:`analysis.optimizer.data_scale`); :attr:`Study.delta` holds the
+    number used.
 
     Replicate b of every curve is built first, then every curve and the joint fit are refitted on replicate
     b, so all statistics of one replicate come from the same resampled data. ``fits`` may hold point fits
@@ -141,6 +145,8 @@ def run_study(
     form = normalize_form(form)
     if interval not in INTERVAL_METHODS:
         raise FitInputError(f"interval={interval!r}: use one of {', '.join(INTERVAL_METHODS)}")
+    with single_threaded_blas():  # one scale for every fit of the study ("auto": from the curves' own residuals)
+        delta = curves_delta([(c.compute, c.loss) for c in curves], form, delta, n_starts)
     if interval == BUDGETS:
         return _run_budget_study(curves, form, delta, level, n_boot, seed, joint, dict(fits or {}), n_starts)
     fits = dict(fits or {})

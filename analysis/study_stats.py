@@ -127,7 +127,7 @@ def multiplier_estimates(stat: Statistic, level: float) -> list[Estimate]:
     out = []
     for i, value in enumerate(stat.value):
         draws = None if stat.draws is None else np.exp(stat.draws[:, i])
-        out.append(estimate(float(np.exp(value)), draws, level, stat.df))
+        out.append(estimate(float(np.exp(value)), draws, level, stat.df, stat.failed))
     return out
 
 

@@ -98,9 +98,9 @@ def _power_fit(study: Study, label: str, settings: FitSettings) -> PowerLawFit:
     return PowerLawFit(
         form=study.form,
         law=law,
-        A=estimate(law.A, samples["A"], settings.level, df),
-        alpha=estimate(law.alpha, samples["alpha"], settings.level, df),
-        E=estimate(law.E, samples["E"], settings.level, df) if study.form == OFFSET_POWER else None,
+        A=estimate(law.A, samples["A"], settings.level, df, failed),
+        alpha=estimate(law.alpha, samples["alpha"], settings.level, df, failed),
+        E=estimate(law.E, samples["E"], settings.level, df, failed) if study.form == OFFSET_POWER else None,
         status=cf.solution.status,
         message=cf.solution.message,
         objective=cf.solution.objective,
@@ -151,11 +151,14 @@ def _fit_sweep(
     throughput = sweep_throughput(p.points, folders, notes)
     study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes, variants)
     flag_implausible(multipliers, notes)
-    found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other))
+    found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other), study.delta)
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     multipliers = [replace(m, paired=_paired(study, m.variant, m.multiplier, settings)) for m in multipliers]
     multipliers = [
-        replace(m, depth=depth_trend(study, m.variant, m.paired, settings.level, interval=settings.n_boot > 0))
+        replace(
+            m,
+            depth=depth_trend(study, m.variant, m.paired, settings.level, settings.n_boot > 0, settings.noise_floor),
+        )
         for m in multipliers
     ]
     if stalls:
@@ -411,7 +414,7 @@ def _joint_fit(study: Study, settings: FitSettings) -> JointPowerLawFit | None:
         study.joint,
         study.joint_labels,
         settings.form,
-        settings.delta,
+        study.delta,
         settings.level,
         study.n_boot,
         failed,
@@ -448,6 +451,8 @@ def _variant_multiplier(
     reliable, why = reliability(study, label, base, tests)
     exponent, reason = choose_exponent(settings, test, shared is not None, joint, reliable)
     headline = shared if exponent == "shared" else unshared
+    if reliable and study.n_boot > 0:
+        reliable, why = _interval_reliability(study, label, base, exponent, headline)
     data = study.data[label]
     if rows is None:
         ratios = [math.nan] * data.compute.size
@@ -485,7 +490,7 @@ def _variant_multiplier(
         budgets=budgets,
         n_runs_variant=int(data.n_runs.sum()),
         n_runs_baseline=n_runs_base,
-        n_boot_failed=per_point.failed,
+        n_boot_failed=headline.failed,
         baseline_status=study.fits[base].solution.status,
         variant_status=study.fits[label].solution.status,
         joint_status=None if joint is None else joint.status,
@@ -495,6 +500,24 @@ def _variant_multiplier(
         lack_of_fit=tests,
         gaps=budget_gaps(study, label, base, np.random.default_rng([settings.seed, 1])),
     )
+
+
+def _interval_reliability(study: Study, label: str, base: str, exponent: str, headline: Estimate) -> tuple[bool, str]:
+    """Whether the headline's own interval can be read: it exists (the fit left degrees of freedom for one), and few
+    of its replicates failed (:data:`analysis.bootstrap.FAILED_LIMIT`)."""
+    if not headline.has_interval:
+        df = study.df(joint=True) if exponent == "shared" else study.df(base, label)
+        return False, (
+            f"no interval: {df:g} degree(s) of freedom left after fitting the law "
+            f"({min(study.data[base].n_budgets, study.data[label].n_budgets)} budgets); run more budgets"
+        )
+    if not headline.reliable:
+        return False, (
+            f"{headline.failed} of {headline.replicates} bootstrap replicates failed to refit "
+            f"({100 * headline.failed_share:.0f} %): an interval from the rest is biased toward the data sets that "
+            "fit easily"
+        )
+    return True, ""
 
 
 def _chinchilla_fits(

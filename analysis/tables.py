@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from analysis.laws import OFFSET_POWER, POWER
+from analysis.laws import OFFSET_POWER
 from analysis.robust_tables import (
     envelope_table,
     paired_table,
@@ -34,7 +34,6 @@ from analysis.table_format import (
     FitTable,
     FitText,
     has_intervals,
-    interval_name,
     intervals_text,
     number,
     ordered_multipliers,
@@ -337,36 +336,13 @@ def _settings_lines(report: FitReport) -> list[str]:
     from analysis.settings import UNIT_NAMES
 
     s = report.settings
-    form_text = "L = A * C^-alpha" if s.form == POWER else "L = E + A * C^-alpha"
-    select_text = {"mean": "mean over seeds at the best LR", "median": "median over seeds at the best LR"}.get(
-        s.select, "best run (lowest loss over seeds and LRs)"
-    )
+    w = s.words()
     return [
         f"  inputs sha256 {report.inputs_hash}; {report.n_runs} run(s) read, {len(report.problems)} problem(s)",
-        f"  form {form_text}; compute in {UNIT_NAMES[s.compute_unit]}; points: {select_text}",
-        *_rate_lines(s),
-        f"  Huber delta {s.delta:g} on log loss; "
-        + (
-            f"{s.n_boot} bootstrap resamples (seed {s.seed}); intervals are {interval_name(s)}"
-            if has_intervals(s)
-            else f"no bootstrap: point estimates only, {NO_INTERVAL}"
-        ),
+        f"  form {w['form']}; compute in {UNIT_NAMES[s.compute_unit]}",
+        f"  points: {w['points']}",
+        f"  {w['loss']}; {w['intervals']}",
     ]
-
-
-def _rate_lines(s: FitSettings) -> list[str]:
-    """How each cell's learning rate was chosen, where that is not the default (the best rate trained, each
-    variant its own)."""
-    if s.lr == "best" and s.protocol == "per-variant":
-        return []
-    rule = {
-        "envelope": "the learning-rate envelope's minimum",
-        "split": "the learning-rate envelope's minimum (split parabola)",
-    }.get(s.lr, "the best rate trained")
-    whose = "each variant's own"
-    if s.protocol == "paper":
-        whose = "the baseline's, for every variant (the paper's protocol)"
-    return [f"  learning rate per cell: {rule}, {whose}"]
 
 
 def _table_lines(table: FitTable) -> list[str]:

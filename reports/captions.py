@@ -116,9 +116,10 @@ def caption_interval(settings: FitSettings) -> str:
     return f"with its {pct}% bootstrap interval" if settings.n_boot > 0 else "(no interval: --n-boot 0)"
 
 
-def chosen_points(select: str) -> str:
-    """Which runs a point of the fits stands for, under ``--select``."""
-    return "mean over seeds at the best learning rate" if select == "mean" else "best run"
+def chosen_points(settings: FitSettings) -> str:
+    """Which runs a point of the fits stands for and at which learning rate (``--select``, ``--lr``, ``--protocol``):
+    the settings' own words (:meth:`analysis.settings.FitSettings.words`)."""
+    return settings.words()["points"]
 
 
 def unit_name(unit: str) -> str:

@@ -9,8 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.tables import NO_INTERVAL
-from reports.captions import chosen_points, sweep_name, unit_name
+from reports.captions import sweep_name, unit_name
 from reports.context import ReportContext
 from reports.document import Block, Bullets, Heading
 
@@ -28,8 +27,6 @@ def provenance_section(ctx: ReportContext) -> list[Block]:
     devices = _value_counts(runs, "device")
     precision = _value_counts(runs, "precision")
     versions = _value_counts(runs, "versions")
-    form = "L = A * C^-alpha (the paper's)" if s.form == "A*C^-alpha" else "L = E + A * C^-alpha"
-    select = chosen_points(s.select)
     items = [
         f"results directory: `{ctx.results.root}`",
         f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: "
@@ -43,15 +40,8 @@ def provenance_section(ctx: ReportContext) -> list[Block]:
         + "; precision: "
         + (", ".join(f"{k} ({v})" for k, v in precision) or "unknown"),
         "package versions of the runs: " + (", ".join(f"`{k}` ({v})" for k, v in versions) or "not recorded"),
-        f"fits: {form}; compute in {unit_name(s.compute_unit)}; points: {select}; baseline `{s.baseline}`; "
-        f"Huber delta {s.delta:g} on log loss; "
-        + (
-            f"{s.n_boot} bootstrap resamples (seed {s.seed}); {ctx.pct}% intervals"
-            if s.n_boot > 0
-            else f"no bootstrap: point estimates only, {NO_INTERVAL}"
-        )
-        + f"; exponent `{s.exponent}`; IsoFLOP frontier `{s.frontier}`; budgets within "
-        f"{s.budget_rtol:g} relative FLOPs are one budget",
+        f"{s.describe()}; compute in {unit_name(s.compute_unit)}; IsoFLOP frontier `{s.frontier}`; budgets "
+        f"within {s.budget_rtol:g} relative FLOPs are one budget",
         f"made by `attnres report` ({_package_version()}); the same numbers as `attnres fit` with the same "
         "options (fit.json)",
     ]

@@ -160,9 +160,7 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylabel("validation loss (nats/token)")
-        point_kind = (
-            "IsoFLOP minima" if sw.frontier else ("mean over seeds" if settings.select == "mean" else "best run")
-        )
+        point_kind = "IsoFLOP minima" if sw.frontier else settings.points_short()
         ax.set_title(f"Scaling curves: sweep {sw.sweep} (points: {point_kind})")
         readable_log_ticks(ax, "y")
         ax.legend(loc="upper right", frameon=True, framealpha=0.9)

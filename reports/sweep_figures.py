@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from attnres.variants import curve_order
 from reports import ablation, architecture, depth, dynamics, heatmaps, learning_rates, scaling
-from reports.captions import ENVELOPE_SHAPES
+from reports.captions import ENVELOPE_SHAPES, chosen_points
 from reports.context import ReportContext
 from reports.records import Skipped
 from reports.section import Section, figure
@@ -22,10 +22,7 @@ def sweep_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
     """Every figure of the sweep: scaling curves and multiplier, training dynamics, block-size ablation, and
     a depth-attention heatmap per AttnRes curve."""
     sweep, runs, res, points = sw.sweep, ctx.results.runs, ctx.results, sw.points
-    if sw.frontier:
-        point_kind = "IsoFLOP minima per budget"
-    else:
-        point_kind = "mean over seeds at the best learning rate" if ctx.settings.select == "mean" else "the best run"
+    point_kind = "IsoFLOP minima per budget" if sw.frontier else chosen_points(ctx.settings)
     return [
         figure(
             ctx,

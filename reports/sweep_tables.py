@@ -16,7 +16,7 @@ from reports.document import Block, Heading, Paragraph, Table
 from reports.section import Section, table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analysis import SweepFit
+    from analysis import FitSettings, SweepFit
 
 
 def sweep_tables(ctx: ReportContext, sw: SweepFit) -> list[Section]:
@@ -29,7 +29,7 @@ def sweep_tables(ctx: ReportContext, sw: SweepFit) -> list[Section]:
             "table2_sizes",
             sweep,
             lambda: tables.size_table(runs, sweep=sweep, baseline=baseline, points=points),
-            lambda t2: _show_size_table(t2, ctx.settings.select),
+            lambda t2: _show_size_table(t2, ctx.settings),
         )
     ]
     # only where the sweep ran some size at several learning rates (not a "skipped" line for every other sweep)
@@ -47,7 +47,7 @@ def sweep_tables(ctx: ReportContext, sw: SweepFit) -> list[Section]:
     return parts
 
 
-def _show_size_table(t2: pd.DataFrame, select: str) -> list[Block]:
+def _show_size_table(t2: pd.DataFrame, settings: FitSettings) -> list[Block]:
     formats = {
         "params (non-embedding)": fmt_count,
         "tokens": fmt_count,
@@ -58,7 +58,7 @@ def _show_size_table(t2: pd.DataFrame, select: str) -> list[Block]:
     return [
         Heading("Table: validation loss per model size (like the paper's Table 2)", 3),
         Paragraph(
-            f"Validation loss in nats/token ({chosen_points(select)}; the lowest in each row in bold); params are "
+            f"Validation loss in nats/token ({chosen_points(settings)}; the lowest in each row in bold); params are "
             "non-embedding; FLOPs and lr are the baseline's."
         ),
         Table(t2, formats, tuple(t2.attrs.get("loss_columns", []))),

@@ -8,25 +8,6 @@ from pathlib import Path
 
 import pytest
 
-
-def _has_avx512() -> bool:
-    """Whether this CPU runs OpenBLAS's SkylakeX kernels (AVX-512 F, CD, BW, DQ and VL; Linux only)."""
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return False
-    return {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= set(flags.split())
-
-
-# The committed studies' fits were made with OpenBLAS's SkylakeX (AVX-512) kernels, which it picks by itself on an
-# Intel CPU with AVX-512; with other kernels (an AMD EPYC, or OPENBLAS_CORETYPE=Haswell, which some machines set) the
-# last bits of a least-squares solve differ, and the bootstrap of a study's 4-budget intervals turns that into other
-# printed digits (3 tables of tests/test_committed_study.py). Where the CPU can run them, the session asks OpenBLAS for
-# those kernels (read when numpy loads: here, before any test imports it); elsewhere those digits may differ
-# (docs/analysis.md, "Reproducing a committed fit digit for digit").
-if _has_avx512():
-    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-
 # torch.compile on CPU builds C++ kernels; a laptop without a compiler skips those tests (CI has gcc).
 HAS_CXX = any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
 needs_cxx = pytest.mark.skipif(

@@ -110,3 +110,23 @@ def test_the_report_draws_the_trend_and_tables_it(tmp_path):
     assert "trend 8 -> 24 sublayers" in text
     saved = json.loads((tmp_path / "out" / "fit.json").read_text())
     assert saved["sweeps"][0]["multipliers"][0]["depth_trend"]["sublayers"] == [8, 24]
+
+
+def test_the_interval_never_assumes_less_noise_than_the_floor(tmp_path):
+    """A ladder whose gaps sit on their line almost exactly (residual sd ~0 on 3 df) gets the interval of the noise
+    floor per seed (0.61 % by default, measured in cpu_envelope) with a normal quantile, not a zero-width t interval;
+    ``noise_floor=0`` gives the residuals' interval; the table says which and on how many df."""
+    from scipy.stats import norm
+
+    from analysis.depth import NOISE_FLOOR
+
+    tree = _ladder(tmp_path / "exact", seeds=2)
+    trend = fit_results(tree.root, n_boot=100, chinchilla=False).sweeps[0].multiplier("block").depth
+    assert trend.basis == "floor" and trend.noise == NOISE_FLOOR and trend.df == len(DEPTHS) - 2
+    x = np.array([2.0 * n for n in DEPTHS])
+    half = norm.ppf(0.95) * NOISE_FLOOR / math.sqrt(2 * np.sum((x - x.mean()) ** 2)) * SPAN  # 2 seeds a depth
+    assert trend.gap_change.high - trend.gap_change.value == pytest.approx(half, rel=1e-9)
+    report = fit_results(tree.root, n_boot=100, chinchilla=False)
+    assert "(the floor; residual sd 0.00 % on 3 df)" in format_report(report)
+    bare = fit_results(tree.root, n_boot=100, chinchilla=False, noise_floor=0).sweeps[0].multiplier("block").depth
+    assert bare.basis == "residuals" and bare.gap_change.high - bare.gap_change.value < 1e-3

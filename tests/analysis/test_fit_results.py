@@ -245,3 +245,33 @@ def test_wall_clock_m_uses_the_side_by_side_throughput_and_flags_an_implausible_
     assert any("side by side (throughput.json)" in n for n in sweep.notes)
     assert any(n.startswith("full: FLOP/s ratio 2.5") and "outside [0.5, 2]" in n for n in sweep.notes)
     assert not any(n.startswith("block: FLOP/s ratio") for n in sweep.notes)
+
+
+@pytest.mark.parametrize(("fail_every", "reliable"), [(50, True), (8, False)])
+def test_failed_replicates_are_counted_beside_the_interval_they_feed(tmp_path, monkeypatch, fail_every, reliable):
+    """A replicate whose refit fails is left out of every statistic it feeds and counted there: beside the headline's
+    interval in the table and fit.json, and an interval that lost more than 5 % of its replicates is unreliable
+    (the fit before 2026-12-04 reported 0 for the headline while its joint fit had dropped up to 12 %)."""
+    import analysis.study
+
+    real = analysis.study.refit
+
+    def failing(*args, **kwargs):
+        theta, ok = real(*args, **kwargs)
+        ok = ok.copy()
+        ok[::fail_every] = False  # every fail_every-th replicate of every refit
+        return theta, ok
+
+    monkeypatch.setattr(analysis.study, "refit", failing)
+    tree = write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.25}, seeds=2, tables=False)
+    report = fit_results(tree.root, n_boot=200, chinchilla=False)
+    m = report.sweeps[0].multiplier("block")
+    failed = len(range(0, 200, fail_every))
+    assert m.multiplier.failed == m.n_boot_failed == failed and m.multiplier.replicates == 200
+    assert m.reliable is reliable
+    assert f"{failed} of 200 replicates failed" in format_report(report)
+    saved = next(x for x in json.loads(report.to_json())["sweeps"][0]["multipliers"] if x["variant"] == "block")
+    head = saved["largest_budget"]["multiplier"]
+    assert head["failed"] == failed and head["replicates"] == 200 and saved["n_boot_failed"] == failed
+    if not reliable:
+        assert "bootstrap replicates failed to refit" in m.why

@@ -192,3 +192,13 @@ def test_the_report_of_a_one_shape_sweep_says_why_it_has_no_multiplier_and_shows
     md = (out / "report.md").read_text()
     assert "No multiplier: sweep `synthetic` is one model shape and one budget" in md
     assert "### Gaps to the baseline at one shape" in md and "not fitted" not in md
+
+
+def test_holm_adjusts_a_family_of_p_values_step_down():
+    from analysis.one_shape import holm_adjusted
+
+    raw = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5}
+    # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1, made non-decreasing, capped at 1
+    assert holm_adjusted(raw) == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+    assert holm_adjusted({"x": 0.7, "y": 0.6}) == pytest.approx({"y": 1.0, "x": 1.0})
+    assert holm_adjusted({}) == {}

@@ -1,5 +1,6 @@
-"""The optimiser on its own (analysis.optimizer): the Huber loss's two regimes, recovery of known parameters,
-agreement of its two iterations, parameters on a bound, and replicate refits that equal fits from scratch."""
+"""The optimiser on its own (analysis.optimizer): the pseudo-Huber loss's two regimes and its strict convexity, the
+scale set from the data, recovery of known parameters, one minimum whatever the start, agreement of its two
+iterations, parameters on a bound, and replicate refits that equal fits from scratch."""
 
 from __future__ import annotations
 
@@ -7,7 +8,24 @@ import numpy as np
 import pytest
 
 from analysis.models import ChinchillaModel, PowerModel
-from analysis.optimizer import HUBER_DELTA, at_bound, gauss_newton, huber, lbfgsb, minimize, objective, refit
+from analysis.optimizer import (
+    DELTA_FLOOR,
+    HUBER_K,
+    at_bound,
+    curvature,
+    data_scale,
+    gauss_newton,
+    lbfgsb,
+    minimize,
+    objective,
+    pseudo_huber,
+    psi,
+    refit,
+    resolve_delta,
+    robust_sd,
+)
+
+HUBER_DELTA = 1e-3  # a small scale, so that the tests below have residuals far beyond it
 
 C = np.geomspace(1e15, 1e21, 7)
 
@@ -26,18 +44,62 @@ def noisy_power_law(offset: bool, seed: int = 0) -> np.ndarray:
     return y
 
 
-def test_huber_is_quadratic_within_delta_and_linear_beyond():
+def test_pseudo_huber_is_quadratic_near_zero_linear_far_out_and_strictly_convex():
     delta = 0.1
-    inside = np.linspace(-delta, delta, 41)
-    assert np.array_equal(huber(inside, delta), 0.5 * inside**2)
-    outside = np.array([0.2, 0.5, 3.0, 40.0])
-    # beyond delta the slope is delta: the loss of an outlier grows like |r|, not r^2
-    slopes = np.diff(huber(outside, delta)) / np.diff(outside)
-    np.testing.assert_allclose(slopes, delta, rtol=1e-12)
-    np.testing.assert_allclose(huber(outside, delta), delta * (outside - delta / 2), rtol=1e-15)
-    # the two pieces meet at |r| = delta, and the loss is even
-    assert huber(np.array([delta]), delta)[0] == pytest.approx(0.5 * delta**2, rel=1e-15)
-    assert np.array_equal(huber(-outside, delta), huber(outside, delta))
+    small = np.linspace(-1e-3, 1e-3, 41)
+    np.testing.assert_allclose(pseudo_huber(small, delta), 0.5 * small**2, rtol=1e-4)
+    far = np.array([10.0, 50.0, 400.0])
+    # far beyond delta the slope tends to delta: an outlier's loss grows like |r|, not r^2
+    np.testing.assert_allclose(np.diff(pseudo_huber(far, delta)) / np.diff(far), delta, rtol=1e-4)
+    np.testing.assert_allclose(psi(far, delta), delta, rtol=1e-4)
+    r = np.linspace(-3.0, 3.0, 601)
+    assert np.array_equal(pseudo_huber(-r, delta), pseudo_huber(r, delta))
+    # psi and the curvature are the loss's derivatives, and the curvature is positive everywhere
+    h = 1e-6
+    np.testing.assert_allclose((pseudo_huber(r + h, delta) - pseudo_huber(r - h, delta)) / (2 * h), psi(r, delta),
+                               rtol=1e-6, atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose((psi(r + h, delta) - psi(r - h, delta)) / (2 * h), curvature(r, delta), rtol=1e-5)
+    assert (curvature(r, delta) > 0).all()
+
+
+def test_the_scale_is_set_from_the_least_squares_residuals():
+    """1.345 robust sds of the residuals (1.4826 x their median absolute value, corrected for the parameters
+    fitted), pooled over problems, never below the floor; one wild residual does not move it."""
+    rng = np.random.default_rng(3)
+    r = rng.normal(0.0, 0.01, 4000)
+    assert robust_sd([(r, 2)]) == pytest.approx(0.01, rel=0.05)
+    wild = r.copy()
+    wild[0] = 5.0
+    assert robust_sd([(wild, 2)]) == pytest.approx(robust_sd([(r, 2)]), rel=1e-3)
+    assert data_scale([(r, 2)]) == pytest.approx(HUBER_K * robust_sd([(r, 2)]))
+    assert robust_sd([(r[:2000], 1), (r[2000:], 1)]) == pytest.approx(robust_sd([(r, 2)]), rel=1e-6)
+    assert data_scale([(np.zeros(7), 2)]) == DELTA_FLOOR  # noise-free data: the floor
+    assert data_scale([(np.ones(2), 2)]) == DELTA_FLOOR  # no degree of freedom: the floor
+    # resolve_delta: a number is kept; "auto" fits each problem by least squares first
+    y = noisy_power_law(offset=False)
+    model = power_model(y, offset=False)
+    assert resolve_delta(0.02, [(model, y)]) == 0.02
+    x = model.x
+    fitted = np.polyval(np.polyfit(x, y, 1), x)
+    assert resolve_delta("auto", [(model, y)]) == pytest.approx(data_scale([(y - fitted, 2)]), rel=1e-7)
+
+
+@pytest.mark.parametrize("offset", [False, True])
+def test_one_minimum_whatever_the_start(offset):
+    """The flat face the Huber loss had (residuals beyond delta count linearly, so a few points leave a direction in
+    which the objective does not change): with the pseudo-Huber loss the minimum is unique, and L-BFGS-B from
+    twenty scattered starts, polished, finds the same parameters."""
+    y = noisy_power_law(offset)
+    model = power_model(y, offset)
+    best = minimize(model, y, None, HUBER_DELTA).theta
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        start = np.clip(best * (1 + rng.normal(0, 0.3, best.size)) + rng.normal(0, 0.05, best.size), model.lower,
+                        model.upper)  # fmt: skip
+        res = lbfgsb(model, start, y, None, HUBER_DELTA)
+        theta, ok = gauss_newton(model, res.x[None], y, None, HUBER_DELTA)
+        assert ok[0]
+        np.testing.assert_allclose(theta[0], best, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize(("offset", "A", "alpha", "E"), [(False, 25.0, 0.057, 0.0), (True, 9.0, 0.08, 0.5)])

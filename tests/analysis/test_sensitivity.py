@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import fit_results, format_report
-from analysis.sensitivity import LEAST_SQUARES_DELTA
+from analysis.optimizer import LEAST_SQUARES_DELTA
 from attnres.storage.schema import RUN_SCHEMA, read_table, to_table, write_table
 from tests.synthetic_results import write_synthetic_results
 
@@ -48,7 +48,7 @@ def test_each_row_is_the_headline_of_a_fit_with_that_one_choice_changed(outlier)
         choice: fit_results(root, n_boot=0, exponent="shared", chinchilla=False, **kwargs).sweeps[0]
         for choice, kwargs in [
             ("L = E + A C^-alpha", {"form": "E+A*C^-alpha"}),
-            ("Huber delta 0.1", {"delta": 0.1}),
+            ("robust scale 0.1", {"delta": 0.1}),
             ("least squares", {"delta": LEAST_SQUARES_DELTA}),
             ("median over seeds", {"select": "median"}),
             ("best run per point", {"select": "best"}),
@@ -57,14 +57,16 @@ def test_each_row_is_the_headline_of_a_fit_with_that_one_choice_changed(outlier)
     for m in sweep.multipliers:
         s = m.sensitivity
         assert s.multiplier == m.multiplier.value and s.exponent == m.exponent == "shared"
-        assert s.headline == "L = A C^-alpha, Huber delta 0.001, mean over seeds, all 7 budgets"
+        # the scale set from the residuals: noise-free but for one budget, the residuals' robust sd is ~0, so the floor
+        assert s.headline == "L = A C^-alpha, robust scale 0.001 from the residuals, mean over seeds, all 7 budgets"
         rows = {r.choice: r for r in s.rows}
-        aspects = ["form", "Huber delta", "Huber delta", "points", "points"] + ["budgets"] * 7
+        aspects = ["form", "loss scale", "loss scale", "points", "points"] + ["budgets"] * 7
         assert [r.aspect for r in s.rows] == aspects
         for choice, other_sweep in changed.items():
             other = other_sweep.multiplier(m.variant)
             assert math.isclose(rows[choice].multiplier, other.multiplier.value, rel_tol=1e-9), (m.variant, choice)
-        # Huber at 1e-3 nearly ignores the outlying budget (close to least absolute deviations); least squares does not
+        # a scale of 1e-3 nearly ignores the outlying budget (close to least absolute deviations); least squares
+        # does not
         assert math.isclose(m.multiplier.value, TRUTH[m.variant], rel_tol=5e-3)
         assert abs(rows["least squares"].multiplier / TRUTH[m.variant] - 1) > 0.02
         # leaving the outlying budget out gives the truth exactly, as no other point is off the law
@@ -78,9 +80,10 @@ def test_the_table_is_printed_and_saved(outlier):
     report = fit_results(root, n_boot=20)
     text = format_report(report)
     assert "M at the largest budget under other analysis choices (point estimates, no bootstrap):" in text
-    assert f"without {name}" in text and "range        over the 12 alternatives" in text
+    assert f"without {name}" in text and "range       over the 12 alternatives" in text
     full = report.sweeps[0].multiplier("full")
-    assert f"full: headline M = {full.multiplier.value:.4g} (L = A C^-alpha, Huber delta 0.001" in text
+    headline = "L = A C^-alpha, robust scale 0.001 from the residuals"
+    assert f"full: headline M = {full.multiplier.value:.4g} ({headline}" in text
     saved = json.loads(report.to_json())["sweeps"][0]["multipliers"]
     block = next(m for m in saved if m["variant"] == "block")["sensitivity"]
     assert len(block["rows"]) == 12 and block["low"] <= block["multiplier"] <= block["high"]

@@ -99,7 +99,7 @@ def test_report_md_embeds_every_figure_and_says_what_was_skipped(built):
     assert "`synthetic` (" in md  # the git_sha column of the synthetic runs
     assert "1 running" in md and "1 failed" in md
     assert "FLOP convention: synthetic" in md
-    assert f"{N_BOOT} bootstrap resamples (seed 0)" in md
+    assert f"from {N_BOOT} resamples (seed 0)" in md
     # every problem run is listed
     for p in built.results.problems:
         assert p.path in md
