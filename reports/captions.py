@@ -51,8 +51,10 @@ CAPTIONS = {  # figure kind -> (title, caption); a caption's {fields} are filled
     ),
     "block_grad_norm": (
         "Gradient magnitude per transformer block",
-        "L2 norm of the gradients of each transformer block's parameters against depth at the end of training; the "
-        "paper reports outsized gradients in the baseline's early blocks and a more even profile with AttnRes.",
+        "L2 norm of the gradients of each transformer block's parameters, before gradient clipping, against depth "
+        "at the end of training; the paper reports outsized gradients in the baseline's early blocks and a more even "
+        "profile with AttnRes. Runs written before schema version 2 logged these norms after clipping, which scales "
+        "every block by the step's clip factor when clipping bites (the title counts such runs).",
     ),
     "block_size_ablation": (
         "Block-size ablation",

@@ -5,8 +5,9 @@ The variants are compared at one reference shape (:func:`reports.data.reference_
 figures show baseline, Full and Block AttnRes (every N), or every variant when none of those ran.
 Definitions (docs/method.md, "Diagnostics"): the block output magnitude is the RMS over tokens and channels
 of the hidden state a transformer block hands on (the next block's input; for the baseline the residual
-stream); the gradient magnitude is the L2 norm of the gradients of the block's parameters. Both are read
-from ``layers.parquet`` rows of kind ``block`` at each run's last logged step. Every function takes
+stream); the gradient magnitude is the L2 norm of the gradients of the block's parameters before gradient
+clipping (runs written before schema version 2 logged it after clipping; the figure says so when it draws one).
+Both are read from ``layers.parquet`` rows of kind ``block`` at each run's last logged step. Every function takes
 DataFrames and returns a matplotlib Figure; nothing here reads files. Never imports torch.
 """
 
@@ -18,8 +19,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from attnres.storage.schema import PRE_CLIP_LAYER_GRADS
 from attnres.variants import Variant, curve_order
-from reports.data import MissingData, Shape, last_step, n_blocks_of, reference_points, sweep_points, table_rows
+from reports.data import (
+    MissingData,
+    Shape,
+    last_step,
+    n_blocks_of,
+    reference_points,
+    sweep_points,
+    sweep_runs,
+    table_rows,
+)
 from reports.style import (
     FIGSIZE,
     compact_ticks,
@@ -35,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 BLOCK_OUTPUT_LABEL = "RMS of block output"
-BLOCK_GRAD_LABEL = "L2 norm of block parameter gradients"
+BLOCK_GRAD_LABEL = "L2 norm of block parameter gradients (before clipping)"
 DEPTH_LABEL = "transformer block (1 = nearest the embedding)"
 
 
@@ -207,7 +218,9 @@ def _block_profiles(
     select_method: str,
     what: str,
     points: pd.DataFrame | None,
-) -> tuple[str | None, Shape, list[tuple[str, int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]]]:
+) -> tuple[
+    str | None, Shape, list[tuple[str, int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]]
+]:
     runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     lay = table_rows(layers, sweep)
     if lay.empty:
@@ -238,19 +251,22 @@ def _block_profiles(
                 np.nanmax(values, axis=1),
                 len(ids),
                 step,
+                ids,
             )
         )
     return sweep, shape, out
 
 
-def _plot_profiles(profiles, shape: Shape, sweep: str | None, ylabel: str, title: str, log_y: bool | None) -> Figure:
+def _plot_profiles(
+    profiles, shape: Shape, sweep: str | None, ylabel: str, title: str, log_y: bool | None, note: str = ""
+) -> Figure:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     with rc_context():
         fig, ax = plt.subplots(figsize=FIGSIZE)
         lows, highs = [], []
-        for curve, n, x, mean, lo, hi, n_runs, _step in profiles:
+        for curve, n, x, mean, lo, hi, n_runs, _step, _ids in profiles:
             color = variant_color(curve)
             label = variant_label(curve, n) + (f" (mean of {n_runs} seeds)" if n_runs > 1 else "")
             ax.plot(
@@ -280,7 +296,7 @@ def _plot_profiles(profiles, shape: Shape, sweep: str | None, ylabel: str, title
         ax.set_ylabel(ylabel)
         steps = sorted({p[7] for p in profiles})
         at = f"step {steps[0]}" if len(steps) == 1 else "each run's last step"
-        ax.set_title(f"{title} at the end of training\nsweep {sweep}, {shape.text()}, {at}", fontsize=10.5)
+        ax.set_title(f"{title} at the end of training\nsweep {sweep}, {shape.text()}, {at}{note}", fontsize=10.5)
         ax.legend(loc="best")
         fig.tight_layout()
     return fig
@@ -316,10 +332,17 @@ def plot_block_grad_norm(
     log_y: bool | None = None,
     points: pd.DataFrame | None = None,
 ) -> Figure:
-    """Per transformer block, the L2 norm of its parameter gradients vs depth, at the end of training
-    (baseline: outsized in the early blocks). Mean over the chosen seeds, their range shaded. ``points``:
-    the fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    """Per transformer block, the L2 norm of its parameter gradients before clipping vs depth, at the end of
+    training (baseline: outsized in the early blocks). Mean over the chosen seeds, their range shaded. ``points``:
+    the fit's points of the sweep (default: selected from ``runs`` by ``select_method``). Runs written before
+    schema version 2 logged the norms after clipping; the title counts them when it draws any."""
     sweep, shape, profiles = _block_profiles(
         runs, layers, "grad_norm", sweep, variants, select_method, "the block gradient figure", points
     )
-    return _plot_profiles(profiles, shape, sweep, BLOCK_GRAD_LABEL, "Gradient magnitude per transformer block", log_y)
+    drawn = {i for p in profiles for i in p[8]}
+    of_sweep = sweep_runs(runs, sweep)[0]
+    of_sweep = of_sweep[of_sweep["run_id"].astype(str).isin(drawn)]
+    older = of_sweep.loc[of_sweep["schema_version"] < PRE_CLIP_LAYER_GRADS, "run_id"].astype(str).nunique()
+    note = f"\n{older} of {len(drawn)} runs (schema version 1): norms after clipping" if older else ""
+    title = "Gradient magnitude per transformer block"
+    return _plot_profiles(profiles, shape, sweep, BLOCK_GRAD_LABEL, title, log_y, note)

@@ -533,7 +533,7 @@ class _Writer:
             self.folder_only(f"broken-{i}", RUN_FILE, b"this is not a parquet file", "broken")
         for i in range(wrong_schema):
             good = self.run("baseline", top_params, top_tokens, lr, 4000 + i, "done", "wrong_schema")
-            _rewrite_schema_version(self.root / good["path"] / RUN_FILE, SCHEMA_VERSION + 98)
+            _rewrite_schema_version(self.root / good["path"] / RUN_FILE, 99)  # no attnres wrote it
             self.records[-1]["kind"] = "wrong_schema"
         for i in range(no_run_file):
             self.folder_only(f"no-run-file-{i}", CONFIG_FILE, f"sweep: {self.sweep}\n".encode(), "no_run_file")

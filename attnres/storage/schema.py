@@ -8,12 +8,14 @@ anywhere. A run folder ``RESULTS/<sweep>/<run_id>/`` holds::
                         evaluation windows hold per source file
     run.parquet         one row: identity, sizes, budget, status, final metrics, timings, versions
     metrics.parquet     one row per (step, split): the loss curve
-    layers.parquet      one row per (step, layer, kind): RMS magnitudes and gradient norms per depth
+    layers.parquet      one row per (step, layer, kind): RMS magnitudes and gradient norms per depth, and the
+                        gradient norms of the parameters outside the blocks (embedding, depth mixer, final norm, head)
     depth_attn.parquet  one row per (step, query, source): mean depth-attention weight (AttnRes only)
     checkpoints/        the last checkpoint, for resuming
 
 Every file carries ``schema_version`` in its parquet metadata (and run.parquet also as a column). Readers call
-:func:`read_table`, which fails with a clear message on a version mismatch or a missing column. Writers call
+:func:`read_table`, which reads every version in :data:`READABLE_VERSIONS` and fails with a clear message on any
+other or on a missing column. Writers call
 :func:`write_table`, which writes to a temporary name in the same folder and renames it into place, so a
 killed process never leaves a half-written file.
 """
@@ -28,7 +30,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+# 2: layers.parquet's gradient norms are taken before gradient clipping (version 1 took them after it, while
+# metrics.parquet's grad_norm was before), and it gains rows for the parameters outside the blocks (layer null).
+# The columns are version 1's, so version 1 files read as they are; their per-layer grad_norm is after clipping.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+PRE_CLIP_LAYER_GRADS = 2  # the first version whose layers.parquet grad_norm is before clipping
+# layers.parquet kinds of the parameters outside the transformer blocks (attnres.training.module.outer_group)
+OUTER_KINDS = ("embedding", "depth", "final_norm", "head")
 
 RUN_FILE = "run.parquet"
 METRICS_FILE = "metrics.parquet"
@@ -93,7 +102,7 @@ METRICS_SCHEMA = _schema(
     pa.field("loss", pa.float64(), nullable=False),  # nats per token
     pa.field("bpb", pa.float64(), nullable=False),  # bits per byte
     pa.field("lr", pa.float64()),  # train rows
-    pa.field("grad_norm", pa.float64()),  # train rows: global gradient norm before clipping
+    pa.field("grad_norm", pa.float64()),  # train rows: global gradient norm (every parameter) before clipping
     pa.field("tokens_per_s", pa.float64()),  # train rows: throughput since the previous train row
     pa.field("wall_s", pa.float64(), nullable=False),  # training wall-clock seconds at this step
     doc="one row per (step, split)",
@@ -102,12 +111,15 @@ METRICS_SCHEMA = _schema(
 LAYERS_SCHEMA = _schema(
     pa.field("step", pa.int64(), nullable=False),
     pa.field("tokens", pa.int64(), nullable=False),
-    pa.field("layer", pa.int32(), nullable=False),  # transformer block index, 0-based
-    pa.field("sublayer", pa.int32()),  # 0-based sublayer index (2 * layer + 0/1); null for block rows
-    pa.field("kind", pa.string(), nullable=False),  # attn | mlp (a sublayer) or block (the whole block)
+    pa.field("layer", pa.int32()),  # transformer block index, 0-based; null for the OUTER_KINDS rows
+    pa.field("sublayer", pa.int32()),  # 0-based sublayer index (2 * layer + 0/1); null for the other rows
+    # attn | mlp (a sublayer), block (the whole block), or one of OUTER_KINDS (parameters outside the blocks)
+    pa.field("kind", pa.string(), nullable=False),
     pa.field("input_rms", pa.float64()),  # RMS over tokens and channels of the sublayer's / block's input
     pa.field("output_rms", pa.float64()),  # sublayer: its raw output; block: the hidden state it hands on
-    pa.field("grad_norm", pa.float64()),  # L2 norm of the parameter gradients of the sublayer / block
+    # L2 norm of the parameter gradients of the row's parameters, before clipping (version 1: after clipping);
+    # the attn, mlp and OUTER_KINDS rows hold every parameter once, so they combine to metrics' grad_norm
+    pa.field("grad_norm", pa.float64()),
     doc="one row per (step, layer, kind); block output = the input of the next block's first sublayer",
 )
 
@@ -196,10 +208,10 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
         table = pq.ParquetFile(pa.BufferReader(f.read())).read(use_threads=False)
     meta = table.schema.metadata or {}
     version = meta.get(b"schema_version", b"?").decode()
-    if version != str(SCHEMA_VERSION):
+    if version not in {str(v) for v in READABLE_VERSIONS}:
         raise SchemaError(
-            f"{path}: schema_version {version}, this version of attnres reads {SCHEMA_VERSION}; "
-            "re-run the run or read it with the matching attnres version"
+            f"{path}: schema_version {version}, this version of attnres reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; re-run the run or read it with the matching attnres version"
         )
     if schema is not None:
         added = [n for n in ADDED_COLUMNS.get(path.name, ()) if n not in table.column_names and n in schema.names]
@@ -222,6 +234,11 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
         if wrong:
             raise SchemaError(f"{path}: column types differ from the contract: {'; '.join(wrong)}")
     return table
+
+
+def file_version(table: pa.Table) -> int:
+    """The ``schema_version`` a table read by :func:`read_table` was written with."""
+    return int((table.schema.metadata or {})[b"schema_version"])
 
 
 def read_run_row(run_dir: str | Path) -> dict[str, Any] | None:

@@ -86,6 +86,27 @@ def lm_loss(model: nn.Module, batch: Tensor, reduction: str = "mean", rows: Tens
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction=reduction)
 
 
+def param_group(name: str) -> str:
+    """The group a parameter's gradient norm is logged under, from its name in :class:`AttnResLM`: ``attn{i}`` /
+    ``mlp{i}`` for the sublayers of block i, else :func:`outer_group`'s."""
+    parts = name.split(".")
+    if parts[0] == "blocks" and len(parts) > 2:
+        return f"{parts[2]}{parts[1]}"
+    return outer_group(name)
+
+
+# the parameters outside the transformer blocks, by their module in AttnResLM: the layers.parquet kind of each
+OUTER_GROUPS = {"embed": "embedding", "depth": "depth", "final_norm": "final_norm", "lm_head": "head"}
+
+
+def outer_group(name: str) -> str:
+    """``embedding`` (a tied head's weight too), ``depth`` (the depth mixer's pseudo-queries, gains, mixing
+    weights), ``final_norm``, ``head`` (an untied output projection); a module this list does not know keeps its
+    own name, so no parameter is left out of the norms."""
+    top = name.split(".")[0]
+    return OUTER_GROUPS.get(top, top)
+
+
 class LitLM(L.LightningModule):
     def __init__(self, cfg: RunConfig, corpus: Corpus, steps: int) -> None:
         super().__init__()
@@ -96,7 +117,8 @@ class LitLM(L.LightningModule):
         self.model.checkpointing = cfg.runtime.checkpointing == "sublayer"
         self.diverged: str | None = None
         self.grad_norm = math.nan
-        self.param_grad_norms: dict[str, float] = {}  # per sublayer / block, at evaluation steps
+        # per sublayer, block and group outside the blocks, before clipping, at evaluation steps
+        self.param_grad_norms: dict[str, float] = {}
         self._val_sum = self._val_count = None
         self.eval_losses: dict[str, float] = {}  # data.eval_sets: each set's loss at the last evaluation
         self._last_time: float | None = None
@@ -181,12 +203,12 @@ class LitLM(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.scale_lrs(optimizer)
+        if self._next_step_is_eval():  # before clipping, like grad_norm: clipping scales every group by one factor
+            self.param_grad_norms = self._param_grad_norms()
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
         # the norm before clipping; under FSDP the gradients are DTensor shards and torch takes the global norm
         self.grad_norm = float(full_value(torch.nn.utils.clip_grad_norm_(params, clip)))
-        if self._next_step_is_eval():
-            self.param_grad_norms = self._param_grad_norms()
 
     @staticmethod
     def scale_lrs(optimizer: torch.optim.Optimizer) -> None:
@@ -208,18 +230,25 @@ class LitLM(L.LightningModule):
 
     @torch.no_grad()
     def _param_grad_norms(self) -> dict[str, float]:
-        """L2 norm of the parameter gradients of every sublayer and every transformer block."""
-        sublayers = self.model.sublayers
-        grads = [[p.grad for p in sub.parameters() if p.grad is not None] for sub in sublayers]
-        squares = [sum(float(local_part(g).float().square().sum()) for g in gs) for gs in grads]
-        if any(is_sharded(g) for gs in grads for g in gs):  # FSDP: each rank holds a shard; sum the squares
-            total = torch.tensor(squares, dtype=torch.float64, device=self.device)
-            squares = self.trainer.strategy.reduce(total, reduce_op="sum").tolist()
-        norms = {}
+        """L2 norm of the parameter gradients of every sublayer (``attn{i}``, ``mlp{i}``) and transformer block
+        (``block{i}``), and of each group of parameters outside the blocks (:func:`outer_group`): together, every
+        parameter once, so the sublayers' and the outer groups' norms combine to the global norm."""
+        squares: dict[str, Tensor] = {}
+        for name, p in self.model.named_parameters():  # a tied head is the embedding's parameter, listed once
+            if p.grad is not None:
+                group = param_group(name)
+                # float64: the squares of small gradients, summed over many parameters, combine to 1e-6 and better
+                square = local_part(p.grad).double().square().sum()
+                squares[group] = squares[group] + square if group in squares else square
+        names = list(squares)
+        total = torch.stack([squares[n] for n in names]) if names else torch.zeros(0, dtype=torch.float64)
+        if any(is_sharded(p.grad) for p in self.model.parameters() if p.grad is not None):
+            # FSDP: each rank holds a shard of every gradient; the squares of the shards sum to the whole's
+            total = self.trainer.strategy.reduce(total.to(self.device), reduce_op="sum")
+        by_group = dict(zip(names, total.tolist()))
+        norms = {name: math.sqrt(value) for name, value in by_group.items()}
         for i in range(len(self.model.blocks)):
-            attn, mlp = squares[2 * i], squares[2 * i + 1]
-            norms[f"attn{i}"], norms[f"mlp{i}"] = math.sqrt(attn), math.sqrt(mlp)
-            norms[f"block{i}"] = math.sqrt(sum([attn, mlp]))
+            norms[f"block{i}"] = math.sqrt(by_group.get(f"attn{i}", 0.0) + by_group.get(f"mlp{i}", 0.0))
         return norms
 
     # ------------------------------------------------------------------------------------ validation

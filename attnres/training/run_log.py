@@ -82,9 +82,15 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        return schema.read_table(path).to_pylist()
+        table = schema.read_table(path)
     except (schema.SchemaError, pa.ArrowException, OSError):
         return []  # written by another version or unreadable: start the log afresh
+    rows = table.to_pylist()
+    if path.name == schema.LAYERS_FILE and schema.file_version(table) < schema.PRE_CLIP_LAYER_GRADS:
+        # a run resumed from an older version: its gradient norms were after clipping, and the file is rewritten
+        # as this version's, whose norms are before; a value cannot be converted, so it is dropped
+        rows = [{**row, "grad_norm": None} for row in rows]
+    return rows
 
 
 class RunLogger(L.Callback):
@@ -261,6 +267,20 @@ class RunLogger(L.Callback):
                     "grad_norm": grads.get(f"block{i}"),
                 }
             )
+        in_blocks = {f"{kind}{i}" for i in range(n_layer) for kind in ("attn", "mlp", "block")}
+        for name, norm in grads.items():  # the parameters outside the blocks: embedding, depth mixer, norm, head
+            if name not in in_blocks:
+                self.layers.append(
+                    {
+                        **at,
+                        "layer": None,
+                        "sublayer": None,
+                        "kind": name,
+                        "input_rms": None,
+                        "output_rms": None,
+                        "grad_norm": norm,
+                    }
+                )
         L_ = self.cfg.model.n_sublayers
         for query, weights in rec.depth_weights.items():
             kind = "final" if query == L_ else ("attn", "mlp")[query % 2]

@@ -29,6 +29,7 @@ from attnres.config import resolve_run_config
 from attnres.storage import schema
 from attnres.training.module import rank_windows
 from attnres.training.run import train
+from tests.attnres.grad_norms import assert_layer_norms_combine
 
 ATTNRES = [sys.executable, "-m", "attnres.cli"]
 # 255 evaluation windows: they do not split evenly over 2 ranks (a padding sampler counted one twice)
@@ -143,6 +144,16 @@ def test_fsdp_over_two_processes_trains_the_one_process_run(tmp_path, one_proces
     b = pd.read_parquet(tmp_path / "fsdp" / schema.LAYERS_FILE)
     np.testing.assert_allclose(b.grad_norm.values, a.grad_norm.values, rtol=1e-4)  # all-reduced shard norms
     np.testing.assert_allclose(b.output_rms.values, a.output_rms.values, rtol=1e-4)
+
+
+@pytest.mark.slow  # two processes per strategy, about 30 s each
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_per_layer_gradient_norms_are_taken_before_clipping_on_two_processes(tmp_path, strategy):
+    """With clipping active (grad_clip 0.05): every rank's per-layer norms are the pre-clip ones (DDP: the all-reduced
+    gradients; FSDP: the shards' squares summed over ranks) and combine to the logged pre-clip global norm."""
+    args = [*SMALL, *VARIANTS["block"], *TWO, f"runtime.strategy={strategy}", "train.grad_clip=0.05"]
+    two_processes(args, tmp_path / strategy)
+    assert_layer_norms_combine(tmp_path / strategy, grad_clip=0.05)
 
 
 def kill_part_way(args: list[str], out: Path, past_step: int) -> None:

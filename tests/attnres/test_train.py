@@ -20,6 +20,7 @@ from attnres import AttnResLM
 from attnres.config import ConfigError, resolve_run_config
 from attnres.storage import locks, schema
 from attnres.training.run import train
+from tests.attnres.grad_norms import assert_layer_norms_combine
 from tests.conftest import TINY, needs_cxx
 
 ATTNRES = [sys.executable, "-m", "attnres.cli"]
@@ -54,6 +55,41 @@ def test_tiny_run_writes_the_whole_contract(tiny_run):
     assert run["val_loss"] < math.log(256) - 1.0  # clearly below the uniform 5.545 nats
     assert run["val_bpb"] == pytest.approx(run["val_loss"] / math.log(2))
     assert run["tokens_per_s"] > 0 and run["wall_s"] > 0 and run["variant"] == "block" and run["n_blocks"] == 4
+
+
+def test_per_layer_gradient_norms_are_taken_before_clipping(tmp_path):
+    """With clipping active at every step (grad_clip 0.05, norms near 1), layers.parquet's sublayer and outer-group
+    norms combine to metrics' pre-clip grad_norm (they were once taken after clipping: 0.05 against 1)."""
+    run_dir = tmp_path / "run"
+    args = [*TINY, "train.tokens=20480", "train.eval_interval=10", "train.log_interval=5", "train.grad_clip=0.05"]
+    assert train(resolve_run_config(None, args), run_dir, progress=False).status == "done"
+    assert_layer_norms_combine(run_dir, grad_clip=0.05)
+    kinds = set(pd.read_parquet(run_dir / schema.LAYERS_FILE).kind)
+    assert {"depth", "head"} <= kinds  # Block AttnRes: the depth mixer's parameters; an untied head
+
+
+def test_layers_files_of_schema_version_1_stay_readable_and_a_resume_drops_their_post_clip_norms(tmp_path):
+    """Version 1 (per-layer norms after clipping) has version 2's columns: analysis reads it as it is, and a run
+    resumed under version 2 keeps its rows but not those norms, which its rewritten file would call pre-clip."""
+    import pyarrow.parquet as pq
+
+    from attnres.training.run_log import read_rows
+
+    row = {"step": 10, "tokens": 100, "layer": 0, "sublayer": 0, "kind": "attn", "input_rms": 1.0, "grad_norm": 0.05}
+    table = schema.to_table([row], schema.LAYERS_SCHEMA)
+    for version, readable in ((1, True), (2, True), (99, False)):
+        path = tmp_path / str(version) / schema.LAYERS_FILE
+        path.parent.mkdir()
+        pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"schema_version": str(version)}), path)
+        if not readable:
+            with pytest.raises(schema.SchemaError, match="schema_version 99, this version of attnres reads 1, 2"):
+                schema.read_table(path)
+            assert read_rows(path) == []
+            continue
+        read = schema.read_table(path)
+        assert schema.file_version(read) == version and read.to_pylist()[0]["grad_norm"] == 0.05
+        assert read_rows(path) == [{**row, "output_rms": None, "grad_norm": 0.05 if version == 2 else None}]
+    assert schema.LAYERS_SCHEMA.field("layer").nullable  # the rows of the parameters outside the blocks have none
 
 
 def test_a_run_records_its_data_and_byte_runs_keep_bits_per_byte_equal_to_bits(tiny_run):
@@ -97,8 +133,10 @@ def test_metrics_layers_and_depth_attention_contents(tiny_run):
     assert (train_rows.lr > 0).all() and (train_rows.grad_norm > 0).all()
     layers = pd.read_parquet(tiny_run / schema.LAYERS_FILE)
     last = layers[layers.step == 49]
-    assert sorted(last.kind.unique()) == ["attn", "block", "mlp"]
+    assert sorted(last.kind.unique()) == ["attn", "block", "depth", "embedding", "final_norm", "head", "mlp"]
     assert len(last[last.kind == "block"]) == 2 and last.grad_norm.notna().all()
+    outer = last[~last.kind.isin(["attn", "mlp", "block"])]
+    assert outer.layer.isna().all() and outer.input_rms.isna().all()  # parameters outside the blocks: norms only
     depth = pd.read_parquet(tiny_run / schema.DEPTH_ATTN_FILE)
     sums = depth.groupby(["step", "query"]).weight.sum()
     np.testing.assert_allclose(sums.values, 1.0, atol=1e-5)

@@ -252,7 +252,7 @@ def test_loss_curves_fall_back_to_training_loss(scaling):
     "name, label",
     [
         ("plot_block_output_rms", "RMS of block output"),
-        ("plot_block_grad_norm", "L2 norm of block parameter gradients"),
+        ("plot_block_grad_norm", "L2 norm of block parameter gradients (before clipping)"),
     ],
 )
 def test_block_profiles(scaling, name, label):
@@ -278,6 +278,16 @@ def test_block_profiles(scaling, name, label):
     rows = lay[lay["run_id"].isin(ids) & (lay["kind"] == "block")]
     rows = rows[rows["step"] == rows.groupby("run_id")["step"].transform("max")]
     assert np.allclose(y, rows.groupby("layer")[col].mean().to_numpy())
+
+
+def test_block_grad_norm_figure_says_which_runs_logged_their_norms_after_clipping(scaling):
+    """Runs written before schema version 2 logged the per-layer norms after clipping: the title counts them."""
+    results, _ = scaling
+    title = lambda runs: reports.plot_block_grad_norm(runs, results.layers, sweep="scaling").axes[0].get_title()  # noqa: E731
+    assert "after clipping" not in title(results.runs)
+    line = title(results.runs.assign(schema_version=1)).split("\n")[-1]
+    older, drawn = line.removesuffix(" runs (schema version 1): norms after clipping").split(" of ")
+    assert older == drawn and int(drawn) >= 3  # every drawn run (3 variants, their seeds) counted once
 
 
 def test_dynamics_without_tables_say_why(tmp_path):
