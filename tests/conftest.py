@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import attnres  # noqa: F401  (first: it asks MKL for its strict mode before any test module calls torch; attnres.blas)
+
 
 def _has_avx512() -> bool:
     """Whether this CPU runs OpenBLAS's SkylakeX kernels (AVX-512 F, CD, BW, DQ and VL; Linux only)."""

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from attnres.config import RunConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
+from attnres.mixers.base import norm
 from attnres.model import AttnResLM
 from attnres.training.optimizer import build_optimizer
 from attnres.training.parallel import full_value, is_sharded, local_part
@@ -211,7 +212,7 @@ class LitLM(L.LightningModule):
         """L2 norm of the parameter gradients of every sublayer and every transformer block."""
         sublayers = self.model.sublayers
         grads = [[p.grad for p in sub.parameters() if p.grad is not None] for sub in sublayers]
-        squares = [sum(float(local_part(g).float().square().sum()) for g in gs) for gs in grads]
+        squares = [sum(float(norm(local_part(g))) ** 2 for g in gs) for gs in grads]
         if any(is_sharded(g) for gs in grads for g in gs):  # FSDP: each rank holds a shard; sum the squares
             total = torch.tensor(squares, dtype=torch.float64, device=self.device)
             squares = self.trainer.strategy.reduce(total, reduce_op="sum").tolist()
