@@ -15,6 +15,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from attnres import blas
+
+# before anything imports torch or calls MKL: a run's losses must not depend on its thread count (attnres.blas)
+blas.request_strict_mode()
+
 __version__ = "0.1.0"
 
 _EXPORTS = {

@@ -6,8 +6,9 @@
 // The math is that of attnres.kernels.two_phase's Deposit, Phase1 and Merge, line for line (see there and
 // docs/method.md). Eager PyTorch runs it as ten or so separate passes over (tokens, D) tensors; here every token's
 // rows are read once and kept in L1 while all of its dot products and outputs are formed. Tokens are split over the
-// threads by at::parallel_for (PyTorch's own pool); a thread's share of du is summed in its own row, so the result
-// does not depend on timing.
+// threads by at::parallel_for (PyTorch's own pool). Every output is a function of one token's rows, except du, a sum
+// over the tokens: it is summed token by token in token order, its columns split over the threads, so it is the same
+// bits whatever the number of threads (a run's losses do not depend on the threads it was given, docs/training.md).
 // Built on first use by attnres/kernels/cpu.py (torch.utils.cpp_extension); no build step at install.
 
 #include <torch/extension.h>
@@ -24,7 +25,8 @@ void check(const torch::Tensor& x, const char* name, int64_t dim) {
   TORCH_CHECK(x.dim() == dim && x.stride(-1) == 1, name, " must have ", dim, " dims, the last contiguous");
 }
 
-constexpr int64_t kGrain = 64;  // tokens per task: 64 rows of D floats per stream
+constexpr int64_t kGrain = 64;    // tokens per task: 64 rows of D floats per stream
+constexpr int64_t kColumns = 16;  // columns per task of a sum over the tokens: one 64-byte cache line of a row
 
 inline float dot(const float* a, const float* b, int64_t d) {
   float s = 0.f;
@@ -115,17 +117,15 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
               "merge_backward: slot rows must be contiguous");
   TORCH_CHECK(k <= 64, "merge_backward: at most 64 slots");
   torch::Tensor dp = torch::empty_like(dh);
-  const int threads = at::get_num_threads();
-  torch::Tensor du_rows = torch::zeros({threads, d}, dh.options());
+  torch::Tensor du = torch::zeros({d}, dh.options()), a_of = torch::empty({n}, dh.options());
   const float *DH = dh.data_ptr<float>(), *P = p.data_ptr<float>(), *DL = dp_later.data_ptr<float>();
   const float *U = u.data_ptr<float>(), *W = weights.data_ptr<float>(), *V = values.data_ptr<float>();
   const float *R = r.data_ptr<float>(), *G = logit.data_ptr<float>(), *K = keep.data_ptr<float>();
   float *VG = value_grad.data_ptr<float>(), *LG = logit_grad.data_ptr<float>();
-  float *DP = dp.data_ptr<float>(), *DU = du_rows.data_ptr<float>();
+  float *DP = dp.data_ptr<float>(), *DU = du.data_ptr<float>(), *A = a_of.data_ptr<float>();
   const int64_t ws = weights.stride(0), vs = values.stride(0), gs = value_grad.stride(0), ls = logit_grad.stride(0);
   const float inv_d = 1.f / static_cast<float>(d);
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    float* du = DU + at::get_thread_num() * d;
     float dots[64];
     for (int64_t t = begin; t < end; ++t) {
       const float *dht = DH + t * d, *pt = P + t * d;
@@ -141,16 +141,25 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
         for (int64_t i = 0; i < d; ++i) gt[i] += coef * dht[i];
       }
       const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
+      A[t] = a;
       const float* lt = DL + t * d;
       float* dpt = DP + t * d;
 #pragma omp simd
-      for (int64_t i = 0; i < d; ++i) {
-        dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
-        du[i] += a * pt[i];
-      }
+      for (int64_t i = 0; i < d; ++i) dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
     }
   });
-  return {dp, du_rows.sum(0)};
+  // du = sum_t a_t p_t in token order: a sum split over the tokens' threads (one partial row per thread, as before)
+  // depends on the thread count, and made a run's depth-query gradients, so its losses, differ between 1 and 2
+  // threads. One more pass over p, its columns shared out; one thread gives the bits it gave before.
+  at::parallel_for(0, d, kColumns, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float a = A[t];
+      const float* pt = P + t * d;
+#pragma omp simd
+      for (int64_t i = c0; i < c1; ++i) DU[i] += a * pt[i];
+    }
+  });
+  return {dp, du};
 }
 
 // Phase 1 (k >= 2 completed slots, S queries): scores (S, k, N) (any strides), values (k, N, D) slot rows ->

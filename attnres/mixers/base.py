@@ -48,7 +48,15 @@ class Recorder:
 
     @staticmethod
     def rms(x: Tensor) -> float:
-        return x.detach().float().pow(2).mean().sqrt().item()
+        return norm(x).item() / math.sqrt(max(1, x.numel()))
+
+
+def norm(x: Tensor) -> Tensor:
+    """The L2 norm of all of ``x``, the same bits whatever the thread count: torch sums a whole tensor of more than
+    32,768 elements in per-thread parts (``x.square().sum()`` differs between 1 and 2 threads), where its norm of one
+    contiguous row is one pass in order. In fp64, so that the pass loses nothing worth a digit (in fp32 a million
+    elements drifted by 1e-5)."""
+    return torch.linalg.vector_norm(x.detach().double().flatten())
 
 
 def at_least_fp32(x: Tensor) -> Tensor:

@@ -88,6 +88,8 @@ RUN_SCHEMA = _schema(
     pa.field("error", pa.string()),  # the reason for failed / diverged
     pa.field("device", pa.string()),
     pa.field("precision", pa.string()),
+    pa.field("threads", pa.int32()),  # torch's CPU threads (of the last attempt); null: written before it was kept
+    pa.field("blas", pa.string()),  # MKL's mode: AUTO,STRICT (thread-independent), off, ... (attnres.blas)
     pa.field("git_sha", pa.string()),
     pa.field("versions", pa.string()),  # JSON: python, torch, lightning, attnres
     pa.field("updated_at", pa.string()),  # ISO 8601, UTC
@@ -137,7 +139,7 @@ DEPTH_ATTN_SCHEMA = _schema(
 
 # Columns added to a contract after its files were first written: a file without one reads as if it held nulls
 # there (a run that named no evaluation set has none either), so the files of earlier runs stay readable.
-ADDED_COLUMNS = {RUN_FILE: ("eval_sets",)}
+ADDED_COLUMNS = {RUN_FILE: ("eval_sets", "threads", "blas")}
 
 SCHEMAS = {
     RUN_FILE: RUN_SCHEMA,

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from attnres.config import RunConfig
 from attnres.data.corpus import Corpus, TrainBatches, val_windows
 from attnres.mixers import Recorder
+from attnres.mixers.base import norm
 from attnres.model import AttnResLM
 from attnres.training.optimizer import build_optimizer
 from attnres.training.parallel import full_value, is_sharded, local_part
@@ -238,7 +239,7 @@ class LitLM(L.LightningModule):
             if p.grad is not None:
                 group = param_group(name)
                 # float64: the squares of small gradients, summed over many parameters, combine to 1e-6 and better
-                square = local_part(p.grad).double().square().sum()
+                square = norm(local_part(p.grad)) ** 2  # fp64, the same bits whatever the threads
                 squares[group] = squares[group] + square if group in squares else square
         names = list(squares)
         total = torch.stack([squares[n] for n in names]) if names else torch.zeros(0, dtype=torch.float64)

@@ -258,6 +258,7 @@ def _fit(
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from attnres import blas
     from attnres.model import compile_model
     from attnres.runtime import Terminated, allow_eager_fallback, pin_malloc, resolve_precision, uses_gpu
     from attnres.training.interval_checkpoint import IntervalCheckpoint
@@ -275,6 +276,9 @@ def _fit(
         pin_malloc()
     if rt.threads:
         torch.set_num_threads(rt.threads)
+    blas_mode, threads = blas.in_effect(), torch.get_num_threads()
+    if not gpu and (problem := blas.problem(blas_mode, threads)):
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
     world = rt.devices * rt.num_nodes
     _, accumulate = batch_split(cfg)
 
@@ -285,7 +289,9 @@ def _fit(
     device = torch.cuda.get_device_name() if gpu else "cpu"
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
     per_token |= {name: eval_set.bytes_per_token for name, eval_set in corpus.eval_sets.items()}
-    run_row = RunRow(cfg, budget, device=device, precision=precision, bytes_per_token=per_token)
+    run_row = RunRow(
+        cfg, budget, device=device, precision=precision, bytes_per_token=per_token, threads=threads, blas=blas_mode
+    )
     logger = RunLogger(run_dir, run_row)
     # One checkpoint, last.ckpt, rewritten after every evaluation: written beside it, verified, then renamed over it
     # (VerifiedCheckpointIO), so a full disk leaves the previous one whole.

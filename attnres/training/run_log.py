@@ -34,6 +34,8 @@ class RunRow:
     device: str = "cpu"
     precision: str = "32-true"
     bytes_per_token: dict[str, float] = field(default_factory=lambda: {"train": 1.0, "val": 1.0})  # the manifest's
+    threads: int | None = None  # torch's threads in this attempt
+    blas: str | None = None  # MKL's mode (attnres.blas.in_effect)
 
     def row(self, **state: Any) -> dict[str, Any]:
         m = self.cfg.model
@@ -61,6 +63,8 @@ class RunRow:
             "max_steps": self.budget.steps,
             "device": self.device,
             "precision": self.precision,
+            "threads": self.threads,
+            "blas": self.blas,
             "git_sha": git_sha(),
             "versions": versions(),
             "updated_at": now_iso(),
