@@ -18,16 +18,20 @@ def fit_environment() -> dict[str, Any]:
     from threadpoolctl import threadpool_info
 
     # the BLAS numpy and scipy call (a process that imported torch has MKL loaded too, which no fit uses)
-    blas = [
-        {
-            "library": info.get("internal_api"),
-            "version": info.get("version"),
-            "kernel": info.get("architecture"),  # OpenBLAS's core type: SkylakeX, Haswell, ...
-            "threading": info.get("threading_layer"),
-        }
-        for info in threadpool_info()
-        if info.get("user_api") == "blas" and any(pkg in str(info.get("filepath")) for pkg in ("numpy", "scipy"))
-    ]
+    # sorted: threadpoolctl lists libraries in load order, which depends on what the process imported first
+    blas = sorted(
+        (
+            {
+                "library": info.get("internal_api"),
+                "version": info.get("version"),
+                "kernel": info.get("architecture"),  # OpenBLAS's core type: SkylakeX, Haswell, ...
+                "threading": info.get("threading_layer"),
+            }
+            for info in threadpool_info()
+            if info.get("user_api") == "blas" and any(pkg in str(info.get("filepath")) for pkg in ("numpy", "scipy"))
+        ),
+        key=lambda lib: tuple(str(v) for v in lib.values()),
+    )
     return {
         "python": platform.python_version(),
         "numpy": numpy.__version__,

@@ -90,6 +90,7 @@ class PowerLawFit:
             "message": self.message,
             "params": params,
             "objective": json_number(self.objective),
+            "delta": json_number(self.delta),  # the loss's scale the fit used (set from the residuals by default)
             "n_points": self.n_points,
             "n_boot": self.n_boot,
             "n_boot_failed": self.n_boot_failed,
@@ -166,6 +167,7 @@ class ChinchillaFit:
             "message": self.message,
             "params": {k: getattr(self, k).to_dict() for k in ("E", "A", "B", "alpha", "beta")},
             "objective": json_number(self.objective),
+            "delta": json_number(self.delta),  # the loss's scale the fit used (set from the residuals by default)
             "n_points": self.n_points,
             "n_boot": self.n_boot,
             "n_boot_failed": self.n_boot_failed,

@@ -382,6 +382,7 @@ class SweepFit:
                 "message": self.joint.message,
                 "params": params,
                 "objective": json_number(self.joint.objective),
+                "delta": json_number(self.joint.delta),
                 "n_points": dict(self.joint.n_points),
                 "n_boot_failed": self.joint.n_boot_failed,
             }
