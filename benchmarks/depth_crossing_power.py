@@ -6,7 +6,7 @@ at 24 (a least-squares slope of about 0.07 points of % per sublayer); if the lin
 26-28 sublayers and is about +1 point at 40. Two worlds to tell apart:
 
 * **line**: the gap follows cpu_depth's line at every depth;
-* **flat**: the gap follows it to 24 sublayers and stays at its value there (-0.17 %) beyond.
+* **flat**: the gap follows it to 24 sublayers and stays at its value there beyond.
 
 A design adds new depths (n_layer, seeds) to cpu_depth's five (one seed each; they are pooled: same width, recipe and
 rates). Each depth's gap is drawn as the world's value plus Gaussian noise of ``sigma`` per seed (the per-seed noise
@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import numpy as np
 
 CPU_DEPTH = (4, 6, 8, 10, 12)  # cpu_depth's n_layer, one seed each
-LINE_AT_24 = -0.17  # cpu_depth's gap at 24 sublayers, 16 tokens/param (% of loss)
-LINE_SLOPE = 1.13 / 16  # its trend: +1.13 points from 8 to 24 sublayers
+CPU_DEPTH_RESULTS = Path(__file__).resolve().parent.parent / "studies" / "cpu_depth" / "results"
 MINUTES_PER_UNIT = 0.21  # worker-minutes per n_layer^2 per (seed, rate), both arms, both budgets (cpu_depth)
 LEVEL = 0.9
 DESIGNS = (  # new depths: ((n_layer, seeds), ...), rates per cell
@@ -49,17 +49,35 @@ DESIGNS = (  # new depths: ((n_layer, seeds), ...), rates per cell
     (((16, 2), (20, 2)), 3),
     (((16, 2), (20, 2)), 4),
     (((24, 2),), 3),
+    (((24, 1),), 3),  # the first part alone (seed 0)
     (((20, 1), (24, 1)), 3),
 )
 
 
-def world(sublayers: np.ndarray, kind: str) -> np.ndarray:
+def cpu_depth_line(results: Path = CPU_DEPTH_RESULTS) -> tuple[float, float]:
+    """cpu_depth's fitted depth trend at 16 tokens/param, as `attnres fit --lr envelope` has it: the line's gap at 24
+    sublayers (% of loss) and its slope (points per sublayer). Read from the committed runs, never typed in."""
+    from analysis import fit_results
+
+    trend = fit_results(results, lr="envelope", chinchilla=False).sweep("cpu_depth@16tpp").multiplier("block").depth
+    (first, last), (at_first, at_last) = trend.span, trend.gap_at
+    return at_last, (at_last - at_first) / (last - first)
+
+
+def world(sublayers: np.ndarray, kind: str, line_at_24: float, slope: float) -> np.ndarray:
     """The true gap (% of loss) at each depth in the world ``kind`` ("line" or "flat")."""
-    line = LINE_AT_24 + LINE_SLOPE * (sublayers - 24)
-    return line if kind == "line" else np.where(sublayers <= 24, line, LINE_AT_24)
+    line = line_at_24 + slope * (sublayers - 24)
+    return line if kind == "line" else np.where(sublayers <= 24, line, line_at_24)
 
 
-def simulate(new: tuple[tuple[int, int], ...], sigma: float, kind: str, reps: int, rng: np.random.Generator) -> dict:
+def simulate(
+    new: tuple[tuple[int, int], ...],
+    sigma: float,
+    kind: str,
+    reps: int,
+    rng: np.random.Generator,
+    line: tuple[float, float],
+) -> dict:
     """Estimates of ``reps`` draws of the design ``new`` (added to cpu_depth's depths) in the world ``kind``."""
     from scipy.stats import norm
     from scipy.stats import t as student_t
@@ -67,7 +85,7 @@ def simulate(new: tuple[tuple[int, int], ...], sigma: float, kind: str, reps: in
     depths = [(n, 1) for n in CPU_DEPTH] + list(new)
     x = np.array([2.0 * n for n, _ in depths])
     w = np.array([float(s) for _, s in depths])
-    gaps = world(x, kind)[None, :] + rng.normal(0.0, 1.0, (reps, x.size)) * sigma / np.sqrt(w)
+    gaps = world(x, kind, *line)[None, :] + rng.normal(0.0, 1.0, (reps, x.size)) * sigma / np.sqrt(w)
     z = float(norm.ppf(0.5 + LEVEL / 2))
     deepest = gaps[:, -1]
     deep_half = z * sigma / math.sqrt(w[-1])
@@ -95,7 +113,7 @@ def simulate(new: tuple[tuple[int, int], ...], sigma: float, kind: str, reps: in
         hi = xm + (-b1 + np.sign(a2) * np.sqrt(disc)) / a2
         lo = xm + (-b1 - np.sign(a2) * np.sqrt(disc)) / a2
     crossing = xm - ym / slope
-    line_at_deepest = float(world(x[-1:], "line")[0])
+    line_at_deepest = float(world(x[-1:], "line", *line)[0])
     return {
         "deep_half": deep_half,
         "trend_half": float(np.median(trend_half)),
@@ -118,9 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    at_24, slope = line = cpu_depth_line()
     print(
-        f"noise {args.sigma:.3f} % per seed of one depth's gap; cpu_depth's line: {LINE_AT_24:+.2f} % at 24 sublayers, "
-        f"{LINE_SLOPE:+.4f} points per sublayer (crosses 0 at {24 - LINE_AT_24 / LINE_SLOPE:.1f}); {args.reps} draws"
+        f"noise {args.sigma:.3f} % per seed of one depth's gap; cpu_depth's line (its committed fit): "
+        f"{at_24:+.2f} % at 24 sublayers, {slope:+.4f} points per sublayer "
+        f"(crosses 0 at {24 - at_24 / slope:.1f}); {args.reps} draws"
     )
     print(
         f"{'new depths (n_layer x seeds)':<30}{'rates':>6}{'worker-h':>9}{'deep ±':>8}{'trend ±':>9}"
@@ -128,13 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     for new, rates in DESIGNS:
         rng = np.random.default_rng(args.seed)
-        line = simulate(new, args.sigma, "line", args.reps, rng)
-        flat = simulate(new, args.sigma, "flat", args.reps, rng)
+        on_line = simulate(new, args.sigma, "line", args.reps, rng, line)
+        flat = simulate(new, args.sigma, "flat", args.reps, rng, line)
         name = ", ".join(f"{n} x {s}" for n, s in new)
         print(
-            f"{name:<30}{rates:>6}{cost_hours(new, rates):>9.1f}{line['deep_half']:>8.2f}{line['trend_half']:>9.2f}"
-            f"{line['excludes_zero']:>11.2f}{flat['below_line']:>14.2f}{line['crossing_closed_48']:>18.2f}"
-            f"{line['crossing_median']:>9.1f}"
+            f"{name:<30}{rates:>6}{cost_hours(new, rates):>9.1f}"
+            f"{on_line['deep_half']:>8.2f}{on_line['trend_half']:>9.2f}"
+            f"{on_line['excludes_zero']:>11.2f}{flat['below_line']:>14.2f}{on_line['crossing_closed_48']:>18.2f}"
+            f"{on_line['crossing_median']:>9.1f}"
         )
     print(
         "deep ±: half-width of the deepest depth's gap (points of %); trend ±: of the pooled line's change from 8 "
