@@ -50,8 +50,21 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     add_fit_options(parser)
     parser.add_argument("--out", default=None, help=f"where to write the JSON (default: RESULTS_DIR/{DEFAULT_OUTPUT})")
+    add_pool_option(parser)
     parser.set_defaults(func=run)
     return parser
+
+
+def add_pool_option(parser: argparse.ArgumentParser) -> None:
+    """``--pool DIR``: another results tree fitted with RESULTS_DIR (``attnres fit`` and ``attnres report``)."""
+    parser.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also read the runs of this results tree, as if they lay under RESULTS_DIR (a study carried on in a "
+        "folder of its own, under the same sweep name); repeatable",
+    )
 
 
 def no_runs_message(results_dir: str | Path) -> str:
@@ -77,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUTPUT
     try:
-        results = load_results(args.results_dir, tables=())
+        results = load_results(args.results_dir, tables=(), pool=args.pool)
         if results.runs.empty and not results.problems:
             print(f"attnres fit: error: {no_runs_message(args.results_dir)}; nothing was written", file=sys.stderr)
             return 2

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,7 @@ class Results:
     problems: tuple[Problem, ...] = field(default_factory=tuple)
     inputs_hash: str = ""
     metric: str = "val"  # the loss in runs.val_loss: the validation split's, or an evaluation set's (analysis.metric)
+    pooled: tuple[Path, ...] = ()  # other results trees read with this one (load_results's ``pool``)
 
     @property
     def sweeps(self) -> list[str]:
@@ -109,8 +111,10 @@ class Results:
 
 
 def sweep_of(problem: Problem) -> str:
-    """The sweep folder a problem run lies in (problems of sweeps left out of the fits are not reported)."""
-    return problem.path.split("/")[0]
+    """The sweep folder a problem run lies in (problems of sweeps left out of the fits are not reported); a pooled
+    tree's run (``../<tree>/<sweep>/<run>``) lies in its run folder's parent."""
+    parts = problem.path.split("/")
+    return parts[-2] if parts[0] == ".." and len(parts) > 1 else parts[0]
 
 
 def may_belong(problem: Problem, sweep: str, results: Results) -> bool:
@@ -171,8 +175,13 @@ def _hash_runs(runs: pd.DataFrame) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results:
+def load_results(root: str | Path, *, tables: Iterable[str] = TABLES, pool: Iterable[str | Path] = ()) -> Results:
     """Load every run under ``root`` (``RESULTS/<sweep>/<run_id>/``) into a :class:`Results`.
+
+    ``pool``: other results trees whose runs join this one's, as if they lay under ``root``: a study carried on
+    in a folder of its own (studies/cpu_depth_deep adds depths to studies/cpu_depth's sweep, under the same
+    sweep name) is fitted with the runs it extends. Their runs' ``path`` is relative to ``root`` (it starts with
+    ``..``), so everything that reads a run's files finds them; a run in two trees is refused as below.
 
     ``tables`` chooses which per-run tables to read besides run.parquet ("metrics", "layers",
     "depth_attn"; ``()`` for the runs table alone, which is all the fits need). Unreadable or unfinished
@@ -183,6 +192,12 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
     root = Path(root)
     if not root.is_dir():
         raise ResultsError(f"results directory {str(root)!r} does not exist or is not a folder; pass RESULTS_DIR")
+    pooled = tuple(Path(p) for p in pool)
+    for other in pooled:
+        if not other.is_dir():
+            raise ResultsError(f"pooled results directory {str(other)!r} (--pool) does not exist or is not a folder")
+        if other.resolve() == root.resolve():
+            raise ResultsError(f"--pool {str(other)!r} is RESULTS_DIR itself: its runs would count twice")
     tables = tuple(tables)
     unknown = set(tables) - set(TABLES)
     if unknown:
@@ -190,8 +205,10 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
     problems: list[Problem] = []
     run_frames: list[pd.DataFrame] = []
     per_run: dict[str, list[pd.DataFrame]] = {name: [] for name in tables}
-    for folder in _run_folders(root):
-        rel = folder.relative_to(root).as_posix() or "."
+    folders = [*_run_folders(root), *(f for other in pooled for f in _run_folders(other))]
+    for folder in folders:
+        # relative to root even for a pooled tree's run (``../<tree>/<sweep>/<run>``): root / path is the folder
+        rel = Path(os.path.relpath(folder, root)).as_posix()
         frame = _read_run(folder, rel, problems)
         if frame is None:
             continue
@@ -222,6 +239,7 @@ def load_results(root: str | Path, *, tables: Iterable[str] = TABLES) -> Results
         depth_attn=frames["depth_attn"],
         problems=tuple(problems),
         inputs_hash=_hash_runs(runs),
+        pooled=pooled,
     )
 
 

@@ -431,6 +431,7 @@ class FitReport:
     problems: tuple[Problem, ...]
     n_runs: int
     unreadable: tuple[Problem, ...] = ()
+    pooled: tuple[str, ...] = ()  # other results trees fitted with results_dir (--pool)
 
     @property
     def complete(self) -> bool:
@@ -447,6 +448,7 @@ class FitReport:
         return {
             "format": FORMAT,
             "results_dir": self.results_dir,
+            **({"pooled_dirs": list(self.pooled)} if self.pooled else {}),  # absent without --pool: older files
             "inputs_hash": self.inputs_hash,
             "n_runs": self.n_runs,
             "complete": self.complete,

@@ -630,4 +630,5 @@ def fit_results(
         problems=unreadable + tuple(p for p in problems if not p.unreadable),
         n_runs=len(runs),
         unreadable=unreadable,
+        pooled=tuple(str(p) for p in results.pooled),
     )

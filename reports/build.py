@@ -56,6 +56,7 @@ def build_report(
     html: bool = True,
     paper: bool = True,
     strict: bool = False,
+    pool: Sequence[str | Path] = (),
     **fit_options: Any,
 ) -> ReportSummary:
     """Build the report of a results tree into ``out_dir`` (created if needed).
@@ -64,7 +65,8 @@ def build_report(
     formats besides the PNG that is always written (the HTML embeds it); ``pdf=True`` adds PDF. ``html``:
     also write report.html. ``paper``: add the paper's published fits as a reference figure and its values
     as reference lines. ``strict``: raise on an unexpected error in a figure instead of recording it as
-    skipped (tests use it). ``fit_options``: passed to :func:`analysis.fit_results` (form, select, baseline,
+    skipped (tests use it). ``pool``: other results trees read with ``results_dir`` (:func:`analysis.load_results`).
+    ``fit_options``: passed to :func:`analysis.fit_results` (form, select, baseline,
     level, n_boot, seed, delta, exponent, frontier, compute_unit, sweeps, chinchilla, budget_rtol).
     Raises :class:`analysis.ResultsError` when ``results_dir`` is not a folder, :class:`analysis.OutputError`
     (checked before any work) when ``out_dir`` cannot be written or is a folder of other files (a build replaces
@@ -84,7 +86,7 @@ def build_report(
     out = Path(out_dir)
     results_root = results_dir.root if isinstance(results_dir, Results) else Path(results_dir)
     real_out = check_report_folder(out, results_root if Path(results_root).is_dir() else None)  # before any work
-    results = results_dir if isinstance(results_dir, Results) else load_results(results_dir)
+    results = results_dir if isinstance(results_dir, Results) else load_results(results_dir, pool=pool)
     results = with_metric(results, fit_options.get("metric", VAL))  # the loss every table and figure shows
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fit's warnings are in its notes, which the report lists

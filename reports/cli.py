@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analysis.cli import add_fit_options, fit_options, run_alone
+from analysis.cli import add_fit_options, add_pool_option, fit_options, run_alone
 
 DEFAULT_OUT = "report"
 
@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--strict", action="store_true", help="stop on an unexpected error in a figure instead of listing it as skipped"
     )
     add_fit_options(parser.add_argument_group("fit options (as for `attnres fit`)"))
+    add_pool_option(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             html=not args.no_html,
             paper=not args.no_paper,
             strict=args.strict,
+            pool=args.pool,
             **fit_options(args),
         )
     except AnalysisError as err:

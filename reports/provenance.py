@@ -28,7 +28,8 @@ def provenance_section(ctx: ReportContext) -> list[Block]:
     precision = _value_counts(runs, "precision")
     versions = _value_counts(runs, "versions")
     items = [
-        f"results directory: `{ctx.results.root}`",
+        f"results directory: `{ctx.results.root}`"
+        + "".join(f", pooled with `{other}` (--pool)" for other in ctx.results.pooled),
         f"runs read: {len(runs)} ({counts}); runs left out of the fits or with a problem: "
         f"{len(ctx.fit.problems)} (listed at the end)",
         "sweeps: " + (", ".join(sweep_name(x) for x in ctx.results.sweeps) or "none"),
