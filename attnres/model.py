@@ -47,11 +47,44 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """Rotate ``x`` (.., T, hd) as the tokens at positions start .. start + T - 1 (start > 0: decoding)."""
         t = x.shape[-2]
         x1, x2 = x.chunk(2, dim=-1)
         rotated = torch.cat([-x2, x1], dim=-1)
-        return x * self.cos[:t].to(x.dtype) + rotated * self.sin[:t].to(x.dtype)
+        cos, sin = self.cos[start : start + t], self.sin[start : start + t]
+        return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class KVCache:
+    """The keys and values of the tokens a sequence holds so far, for incremental decoding.
+
+    One (B, H, capacity, hd) buffer each for keys and values per transformer block, filled from position 0;
+    ``length`` tokens are in it. Only the token attention needs it: every depth mixer works per token (a token's
+    sublayer inputs mix that token's own embedding and sublayer outputs), so a decode step runs the new token's
+    whole depth and keeps nothing of it once its logits are out (docs/method.md, "Decoding").
+    """
+
+    def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device: torch.device, dtype: torch.dtype):
+        if not 1 <= capacity <= cfg.seq_len:
+            raise ValueError(f"a KV cache of {capacity} tokens: it holds 1 to seq_len={cfg.seq_len} tokens")
+        shape = (batch, cfg.n_head, capacity, cfg.head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        self.capacity = capacity
+        self.length = 0
+
+    def extend(self, block: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new tokens' keys and values of transformer block ``block`` after the ``length`` held; return
+        every key and value up to them."""
+        end = self.length + k.shape[-2]
+        self.keys[block][:, :, self.length : end] = k
+        self.values[block][:, :, self.length : end] = v
+        return self.keys[block][:, :, :end], self.values[block][:, :, :end]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 class Attention(nn.Module):
@@ -65,11 +98,23 @@ class Attention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.rotary = [rotary]  # shared, and kept out of this module's children (one buffer for all layers)
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Tensor, cache: KVCache | None = None, block: int = 0) -> Tensor:
+        """``cache``: decoding; the T new tokens follow the ``cache.length`` tokens it holds (transformer block
+        ``block``'s keys and values), and attend to those and, causally, to each other."""
         b, t, d = h.shape
         q, k, v = self.qkv(self.norm(h)).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
         rotary = self.rotary[0]
-        y = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True)  # (B, H, T, hd)
+        if cache is None or cache.length == 0:
+            q, k = rotary(q), rotary(k)
+            if cache is not None:
+                cache.extend(block, k, v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        else:
+            start = cache.length
+            keys, values = cache.extend(block, rotary(k, start), v)
+            # new token i (position start + i) sees positions 0 .. start + i; one new token sees them all
+            mask = None if t == 1 else torch.ones(t, start + t, dtype=torch.bool, device=h.device).tril(start)
+            y = F.scaled_dot_product_attention(rotary(q, start), keys, values, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -112,7 +157,8 @@ class AttnResLM(nn.Module):
     """Decoder-only LM whose residual connections are a :class:`DepthMixer` chosen by ``cfg.residual``.
 
     ``forward(tokens)`` maps (B, T) int64 tokens to (B, T, vocab_size) logits. Pass a
-    :class:`~attnres.mixers.Recorder` to collect diagnostics; without one the forward does no extra work.
+    :class:`~attnres.mixers.Recorder` to collect diagnostics; without one the forward does no extra work. Pass a
+    :class:`KVCache` to decode: the tokens continue the ones the cache holds, and their keys and values join it.
     """
 
     def __init__(self, cfg: ModelConfig, reference_depth: bool = False) -> None:
@@ -148,15 +194,24 @@ class AttnResLM(nn.Module):
             else:
                 nn.init.ones_(p)
 
-    def forward(self, tokens: Tensor, recorder: Recorder | None = None) -> Tensor:
-        if tokens.shape[-1] > self.cfg.seq_len:
-            raise ValueError(f"sequence of {tokens.shape[-1]} tokens is longer than seq_len={self.cfg.seq_len}")
+    def forward(self, tokens: Tensor, recorder: Recorder | None = None, cache: KVCache | None = None) -> Tensor:
+        held = 0 if cache is None else cache.length
+        if held + tokens.shape[-1] > (self.cfg.seq_len if cache is None else cache.capacity):
+            raise ValueError(
+                f"sequence of {held + tokens.shape[-1]} tokens is longer than "
+                + (f"seq_len={self.cfg.seq_len}" if cache is None else f"the KV cache's {cache.capacity}")
+            )
         state = self.depth.start(self.embed(tokens), recorder)
         recompute = self.checkpointing and torch.is_grad_enabled()
         for layer, sublayer in enumerate(self.sublayers):
             h = self.depth.read(state, layer)
+            if cache is not None and layer % 2 == 0:  # an attention sublayer: it reads and extends the KV cache
+                v = sublayer(h, cache, layer // 2)
             # the mixer's read and write stay outside: only the sublayer's own activations are recomputed
-            v = checkpoint(sublayer, h, use_reentrant=False) if recompute else sublayer(h)
+            elif recompute:
+                v = checkpoint(sublayer, h, use_reentrant=False)
+            else:
+                v = sublayer(h)
             if recorder is not None:
                 recorder.input_rms[layer] = recorder.rms(h)
                 recorder.output_rms[layer] = recorder.rms(v)
@@ -164,6 +219,8 @@ class AttnResLM(nn.Module):
         h = self.depth.finish(state)
         if recorder is not None:
             recorder.final_rms = recorder.rms(h)
+        if cache is not None:
+            cache.length += tokens.shape[-1]
         return self.lm_head(self.final_norm(h))
 
 

@@ -209,3 +209,33 @@ def test_the_one_shape_power_analysis_covers_near_its_level(capsys):
     # the constant the interval adds for the envelope's misreading of asymmetric curves is the one computed here
     assert one_shape_power.resolution() == pytest.approx(one_shape_power.RESOLUTION, abs=0.005)
     assert one_shape_power.resolution(0.02, 0.02) == pytest.approx(0, abs=1e-9)  # a symmetric curve: read exactly
+
+
+def test_the_decode_benchmark_times_prefill_and_decode_side_by_side(tmp_path, capsys):
+    from benchmarks import bench_decode
+
+    out = tmp_path / "decode.json"
+    argv = ["--sizes", "32x2", "--head-dim", "16", "--prompt", "8", "--new", "3", "--repeats", "3", "--warmup", "1"]
+    argv += ["--batches", "1,2", "--variants", "baseline,full,block3", "--json", str(out)]
+    assert bench_decode.main(argv) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["batch"], r["variant"]) for r in rows] == [(b, v) for b in (1, 2) for v in ("baseline", "full", "block3")]
+    for row in rows:
+        for what in ("prefill", "decode"):
+            low, high = row[f"{what}_ratio_ci95"]
+            assert row[f"{what}_ms"] > 0 and low <= row[f"{what}_ratio"] <= high
+            assert row[f"{what}_ratio_spread"][0] <= low and high <= row[f"{what}_ratio_spread"][1]
+            assert row["variant"] != "baseline" or row[f"{what}_ratio"] == 1.0
+    assert "decode ms/token" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [(["--variants", "full,baseline"], "must start with baseline"), (["--batches", "1,x"], "--batches")],
+)
+def test_the_decode_benchmark_rejects_bad_arguments_before_timing(argv, fragment, capsys):
+    from benchmarks import bench_decode
+
+    with pytest.raises(SystemExit):
+        bench_decode.main(argv)
+    assert fragment in capsys.readouterr().err

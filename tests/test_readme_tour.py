@@ -74,6 +74,9 @@ def test_the_readme_tour_runs_top_to_bottom_in_an_empty_folder(tmp_path, smoke_r
         # the demo on the smoke grid writes results/smoke, not results/demo: the tour's later commands name demo
         args = [a.replace("results/demo", "results/smoke") if "results/demo" in a else a for a in tiny(command, study)]
         args = ["smoke" if (a == "demo" and i > 0) else a for i, a in enumerate(args)]
+        # `attnres generate results/demo/<run_id>`: the README's placeholder is one of the demo's runs
+        runs = sorted(p.parent.parent.name for p in (work / "results" / "smoke").glob("*/checkpoints/last.ckpt"))
+        args = [a.replace("<run_id>", runs[0]) if "<run_id>" in a else a for a in args]
         proc = subprocess.run(
             [sys.executable, "-m", "attnres.cli", *args], cwd=work, capture_output=True, text=True, timeout=600
         )

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "analysis.cli",  # attnres fit
     "reports.cli",  # attnres report
     "attnres.cli.demo",  # attnres demo
+    "attnres.cli.generate",  # attnres generate
 ]
 
 

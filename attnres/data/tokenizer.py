@@ -94,6 +94,12 @@ class Tokenizer:
             return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
         return np.asarray(self._hf.encode(text, add_special_tokens=False).ids, dtype=self.dtype)
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids back to text (bytes: UTF-8, a sequence cut mid-character shown as U+FFFD)."""
+        if self._hf is None:
+            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
+
     def encode(self, pieces: Sequence[Any]) -> list[np.ndarray]:
         """Each piece (UTF-8 bytes, already validated; token arrays for ``tokens:``) as its own token array."""
         if self.spec.startswith("tokens:"):
