@@ -219,7 +219,8 @@ def test_the_decode_benchmark_times_prefill_and_decode_side_by_side(tmp_path, ca
     argv += ["--batches", "1,2", "--variants", "baseline,full,block3", "--json", str(out)]
     assert bench_decode.main(argv) == 0
     rows = json.loads(out.read_text())["results"]
-    assert [(r["batch"], r["variant"]) for r in rows] == [(b, v) for b in (1, 2) for v in ("baseline", "full", "block3")]
+    expected = [(b, v) for b in (1, 2) for v in ("baseline", "full", "block3")]
+    assert [(r["batch"], r["variant"]) for r in rows] == expected
     for row in rows:
         for what in ("prefill", "decode"):
             low, high = row[f"{what}_ratio_ci95"]
