@@ -419,6 +419,10 @@ class RuntimeConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """With several devices: ddp (a full copy of the model per device) or fsdp (FSDP2: parameters, gradients and
     optimizer state sharded over the devices, one unit per attention / MLP sublayer; CPU (gloo) or GPU)."""
+    fsdp_mixed_precision: bool = True
+    """runtime.strategy=fsdp under bf16 precision: gather each attention / MLP sublayer's parameters in bf16 and
+    reduce-scatter its gradients in fp32 (FSDP2's MixedPrecisionPolicy), half the all-gather traffic and memory; the
+    root unit (embedding, depth mixer, final norm, head) stays fp32. false: gather in fp32 (docs/training.md)."""
     process_group_timeout_s: int = 1800
     """Several devices: how long a collective may wait for the other ranks before the run fails, in seconds (a rank
     that died or hangs then ends the run instead of holding every GPU; with NCCL it needs

@@ -15,8 +15,13 @@ Where it differs from a real GPU run by construction: the step is simulated on C
 ``bf16-mixed``, AdamW's multi-tensor ``foreach`` path as CUDA would pick), and the CPU's scaled-dot-product attention
 saves what flash attention saves (queries, keys, values, output and log-sum-exp; nothing of size T^2). Data
 parallelism is arithmetic on top of one replica: DDP adds its gradient buckets (a copy of the gradients); FSDP
-divides the parameters, gradients and optimizer state by the number of devices and adds two gathered transformer
-blocks (the one computing and the one prefetched).
+divides the parameters, gradients and optimizer state by the number of devices and adds what FSDP2 holds unsharded
+(:func:`fsdp_gathered_bytes`): the root unit's parameters in fp32 (gathered from the forward to the end of the
+backward), two sublayer units' parameters in the gather dtype (the one computing and the one prefetched: bf16 under
+``runtime.fsdp_mixed_precision`` in a bf16 run, else fp32) and one unit's unsharded gradient (in the gather dtype,
+and under bf16 its fp32 copy for the reduce-scatter); with several micro-batches per step, also every parameter's
+unsharded fp32 gradient, which FSDP2 accumulates between a step's micro-batches so that it reduce-scatters once per
+step.
 """
 
 from __future__ import annotations
@@ -175,17 +180,41 @@ def estimate(cfg: RunConfig, gpu: bool, devices: int = 1) -> MemoryEstimate:
     weights, grads, optimizer, peak = _cached(cfg.model, _memory_key(cfg), rows, micro_steps, bf16, gpu)
     if devices > 1 and cfg.runtime.strategy == "fsdp":
         states = weights + grads + optimizer
-        block = _largest_block_bytes(cfg.model)
+        full_grads = grads  # fp32, every parameter's: what FSDP2 accumulates unsharded between micro-batches
         weights, grads, optimizer = (-(-x // devices) for x in (weights, grads, optimizer))
-        peak = peak - states + weights + grads + optimizer + 2 * block
+        peak = peak - states + weights + grads + optimizer + fsdp_gathered_bytes(cfg.model, fsdp_bf16_params(cfg, bf16))
+        if micro_steps > 1:
+            peak += full_grads
     elif devices > 1:
         peak += grads  # DDP's gradient buckets: a second copy of every gradient
     return MemoryEstimate(weights, grads, optimizer, peak, rows, cfg.runtime.checkpointing)
 
 
-def _largest_block_bytes(model: ModelConfig) -> int:
-    d, hidden = model.d_model, model.hidden_dim
-    return 4 * (4 * d * d + 3 * d * hidden + 2 * d)  # qkv + proj, gate_up + down, two norm gains; fp32
+def fsdp_bf16_params(cfg: RunConfig, bf16: bool) -> bool:
+    """Whether an FSDP run gathers its sublayers in bf16 (attnres.training.parallel.sublayer_policy)."""
+    return bf16 and cfg.runtime.fsdp_mixed_precision
+
+
+@functools.lru_cache(maxsize=256)
+def fsdp_unit_params(model: ModelConfig) -> tuple[int, int]:
+    """(parameters of FSDP's root unit, of its largest sublayer unit), counted on the model built on the meta device
+    (no storage): the root holds what no attention / MLP sublayer holds (attnres.training.parallel.shard_model)."""
+    from attnres.model import AttnResLM
+
+    with torch.device("meta"):
+        lm = AttnResLM(model)
+    sublayers = [sum(p.numel() for p in sublayer.parameters()) for sublayer in lm.sublayers]
+    return sum(p.numel() for p in lm.parameters()) - sum(sublayers), max(sublayers)
+
+
+def fsdp_gathered_bytes(model: ModelConfig, bf16_params: bool) -> int:
+    """Bytes FSDP2 holds unsharded at the peak of a step beside the shards: the root unit in fp32, two sublayer units
+    in the gather dtype (2 bytes a parameter with ``bf16_params``, else 4), and one unit's unsharded gradient in the
+    gather dtype (and, with ``bf16_params``, its fp32 copy for the reduce-scatter)."""
+    root, sublayer = fsdp_unit_params(model)
+    gathered = 2 if bf16_params else 4
+    gradient = gathered + (4 if bf16_params else 0)
+    return 4 * root + 2 * gathered * sublayer + gradient * sublayer
 
 
 @dataclass(frozen=True)

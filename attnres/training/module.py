@@ -124,7 +124,8 @@ class LitLM(L.LightningModule):
         self.eval_losses: dict[str, float] = {}  # data.eval_sets: each set's loss at the last evaluation
         self._last_time: float | None = None
         self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches and ranks)
-        self._step_loss_sum, self._micro_count = 0.0, 0
+        self._step_loss_sum: Tensor | None = None  # this rank's micro-batch losses of the step so far (fp64, on device)
+        self._micro_count = 0
         self._sharded = False
 
     # ------------------------------------------------------------------------------------------ data
@@ -169,47 +170,55 @@ class LitLM(L.LightningModule):
         if isinstance(self.trainer.strategy, ModelParallelStrategy) and not self._sharded:
             from attnres.training.parallel import shard_model
 
-            shard_model(self.model, self.device_mesh["data_parallel"])
+            bf16 = self.trainer.precision == "bf16-mixed" and self.cfg.runtime.fsdp_mixed_precision
+            shard_model(self.model, self.device_mesh["data_parallel"], bf16_params=bf16)
             self._sharded = True
 
     def loss(self, batch: Tensor, reduction: str = "mean", rows: Tensor | None = None) -> Tensor:
         return lm_loss(self.model, batch, reduction, rows)
 
-    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor | None:
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        """One micro-batch's loss. No host sync and no collective here: the loss is added up on the device, and
+        :meth:`on_before_optimizer_step` reads the step's once (finite or not, and the logged mean)."""
         loss = self.loss(batch)
-        finite = self.trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss)), all=True)
-        if not finite:  # stop before the optimizer step, keeping the last finite weights
-            self.diverged = f"non-finite training loss at step {self.global_step + 1}"
-            self.trainer.should_stop = True
-            return None
-        now = time.perf_counter()
-        if self._last_time is not None:
-            self.log(
-                "tok_s",
-                batch.shape[0] * (batch.shape[1] - 1) * self.trainer.world_size / (now - self._last_time),
-                prog_bar=True,
-            )
-        self._last_time = now
-        # the step's loss is the mean of its micro-batches' (equal sizes): what a one-shot step would have computed
-        self._step_loss_sum += float(loss.detach())
+        # the step's loss is the mean of its micro-batches' (equal sizes): what a one-shot step would have computed;
+        # summed in fp64, as float() summed them before, so the logged mean has the same bits
+        micro = loss.detach().double()
+        self._step_loss_sum = micro if self._micro_count == 0 else self._step_loss_sum + micro
         self._micro_count += 1
-        if self._micro_count == self.trainer.accumulate_grad_batches:
-            self.step_loss = self._step_loss_sum / self._micro_count
-            self._step_loss_sum, self._micro_count = 0.0, 0
-            if self.trainer.world_size > 1:  # every rank trained on its share of the batch: the global batch's mean
-                mean = torch.tensor(self.step_loss, dtype=torch.float64, device=self.device)
-                self.step_loss = float(self.trainer.strategy.reduce(mean, reduce_op="mean"))
-            self.log("loss", self.step_loss, prog_bar=True)  # trackers: the step's loss, as metrics.parquet has it
+        if self._micro_count == self.trainer.accumulate_grad_batches:  # a step's last micro-batch: its tokens/s
+            now = time.perf_counter()
+            if self._last_time is not None:
+                tokens = batch.shape[0] * (batch.shape[1] - 1) * self._micro_count * self.trainer.world_size
+                self.log("tok_s", tokens / (now - self._last_time), prog_bar=True)
+            self._last_time = now
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Once per optimizer step, after its last backward: the step's loss (one all-reduce over the ranks), the
+        gradient norm and clipping, and one host sync for both. A non-finite loss on any rank (NaN and inf survive
+        the all-reduce's sum, so every rank sees it) stops the run with this step's update dropped: the weights
+        and optimizer state stay the last finite step's."""
+        step_loss = self._step_loss_sum / self._micro_count
+        self._step_loss_sum, self._micro_count = None, 0
+        if self.trainer.world_size > 1:  # every rank trained on its share of the batch: the global batch's mean
+            # torch's all-reduce itself: Lightning's strategy.reduce puts a barrier before it (a second collective)
+            torch.distributed.all_reduce(step_loss)
+            step_loss = step_loss / self.trainer.world_size
         self.scale_lrs(optimizer)
         if self._next_step_is_eval():  # before clipping, like grad_norm: clipping scales every group by one factor
             self.param_grad_norms = self._param_grad_norms()
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
         # the norm before clipping; under FSDP the gradients are DTensor shards and torch takes the global norm
-        self.grad_norm = float(full_value(torch.nn.utils.clip_grad_norm_(params, clip)))
+        grad_norm = full_value(torch.nn.utils.clip_grad_norm_(params, clip))
+        self.step_loss, self.grad_norm = torch.stack([step_loss, grad_norm.double()]).tolist()  # the host sync
+        if not math.isfinite(self.step_loss):
+            self.diverged = f"non-finite training loss at step {self.global_step + 1}"
+            self.trainer.should_stop = True
+            optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without a gradient: no update
+            return
+        self.log("loss", self.step_loss, prog_bar=True)  # trackers: the step's loss, as metrics.parquet has it
 
     @staticmethod
     def scale_lrs(optimizer: torch.optim.Optimizer) -> None:

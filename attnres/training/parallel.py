@@ -24,6 +24,8 @@ first), so :class:`ShardedStrategy` converts it both ways.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -39,26 +41,50 @@ def build_strategy(cfg: RunConfig) -> Any:
     """The Lightning strategy of a multi-device run (``runtime.strategy``), with the process-group timeout."""
     timeout = timedelta(seconds=cfg.runtime.process_group_timeout_s)
     if cfg.runtime.strategy == "ddp":
-        return DDPStrategy(timeout=timeout)
+        # no buffer broadcast: the model's only buffers are the rotary tables, constants every rank computes alike;
+        # DDP's default broadcast them from rank 0 at the first forward of every step (one collective per step)
+        return DDPStrategy(timeout=timeout, broadcast_buffers=False)
     world = cfg.runtime.devices * cfg.runtime.num_nodes
     return ShardedStrategy(
         data_parallel_size=world, tensor_parallel_size=1, save_distributed_checkpoint=False, timeout=timeout
     )
 
 
-def shard_model(model: nn.Module, mesh: Any) -> None:
+def shard_model(model: nn.Module, mesh: Any, bf16_params: bool = False) -> None:
     """FSDP2 in place: one unit per attention / MLP sublayer (what the forward calls), the rest in the root unit.
 
     The root holds the embedding, the depth mixer's pseudo-queries and key gains (read by every sublayer's depth
     attention, before and after the sublayers) and the final norm and head; FSDP2 keeps it gathered from the forward
     to the end of the backward. Each sublayer is gathered for its forward (and again for its backward) and freed
-    after, so the peak holds one sublayer's full parameters beside the shards.
+    after, so the peak holds one sublayer's full parameters beside the shards (two with the prefetched next one).
+
+    ``bf16_params`` (a bf16 run with ``runtime.fsdp_mixed_precision``): :func:`sublayer_policy`, the sublayers
+    gathered in bf16 and their gradients reduce-scattered in fp32. The root keeps fp32 (:func:`sublayer_policy`).
     """
     from torch.distributed.fsdp import fully_shard
 
+    policy = sublayer_policy(bf16_params)
     for sublayer in model.sublayers:
-        fully_shard(sublayer, mesh=mesh)
+        fully_shard(sublayer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh)
+
+
+def sublayer_policy(bf16_params: bool) -> Any:
+    """FSDP2's MixedPrecisionPolicy of every attention / MLP sublayer unit.
+
+    bf16: parameters all-gathered (and used) in bf16, the unit's inputs cast to bf16, gradients reduce-scattered and
+    accumulated in fp32 (``reduce_dtype``), the sharded parameters and optimizer state fp32. Under bf16 autocast a
+    sublayer's matrix products run in bf16 anyway, so this halves the gathers' traffic and memory and changes the
+    numbers by bf16 rounding only (the norm's gain and input rounded before, not after, the norm). The root unit
+    gets no policy: the embedding's output starts the residual stream, which stays fp32 (its sums are fp32, as the
+    baseline's ``h + f(h)`` is), and the depth mixer's pseudo-queries and key gains feed the fp32 depth softmax;
+    casting them would change what the run computes, not only what it sends. Otherwise: no casting (fp32 gathers).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if bf16_params:
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
 
 
 def is_sharded(tensor: Tensor | None) -> bool:
@@ -78,7 +104,27 @@ def local_part(tensor: Tensor) -> Tensor:
 
 
 class ShardedStrategy(ModelParallelStrategy):
-    """ModelParallelStrategy (FSDP2) whose checkpoints are single-device checkpoints (module docstring)."""
+    """ModelParallelStrategy (FSDP2) whose checkpoints are single-device checkpoints (module docstring), and which
+    reduce-scatters gradients once per optimizer step under gradient accumulation (:meth:`block_backward_sync`)."""
+
+    @contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """The backward of a micro-batch that is not a step's last: no reduce-scatter. Lightning enters this around
+        such micro-batches (DDPStrategy's is DDP's ``no_sync``; ModelParallelStrategy's did nothing, so FSDP2
+        reduce-scattered every micro-batch). FSDP2 then accumulates each unit's unsharded gradient (in the reduce
+        dtype, fp32) and reduce-scatters the sum in the step's last backward: one gradient reduction per step, at
+        the cost of holding the whole model's unsharded gradients between micro-batches, as DDP does (the memory
+        estimate counts them)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        units = [m for m in self.lightning_module.modules() if isinstance(m, FSDPModule)]
+        for unit in units:
+            unit.set_requires_gradient_sync(False, recurse=False)
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.set_requires_gradient_sync(True, recurse=False)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict

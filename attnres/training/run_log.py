@@ -167,7 +167,9 @@ class RunLogger(L.Callback):
         step = trainer.global_step
         if (batch_idx + 1) % trainer.accumulate_grad_batches:  # inside a step's gradient accumulation
             return
-        if outputs is None or not (step % self.cfg.train.log_interval == 0 or step >= pl_module.steps):
+        if outputs is None or pl_module.diverged:  # a diverged step updated nothing: no row of it
+            return
+        if not (step % self.cfg.train.log_interval == 0 or step >= pl_module.steps):
             return
         loss = pl_module.step_loss
         prev_step, prev_s = self._last_train_row
