@@ -320,6 +320,89 @@ def test_gradient_accumulation_matches_the_one_shot_step(tmp_path):
     np.testing.assert_allclose(b.grad_norm.dropna().values, a.grad_norm.dropna().values, rtol=1e-4)
 
 
+# Tensor methods that read a value to the host: on a GPU each waits for the device (a host sync)
+HOST_READS = {"__bool__", "__float__", "__int__", "__index__", "__format__", "item", "tolist", "numpy", "cpu"}
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
+        name = getattr(func, "__name__", "")
+        if name in HOST_READS:
+            self.reads.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_step_reads_its_loss_to_the_host_once_and_no_micro_batch_does(tmp_path, monkeypatch):
+    """Under gradient accumulation (4 micro-batches a step) training_step reads nothing to the host (before, each
+    micro-batch read its loss and its finite check), and a step's hooks read once: the loss and the gradient norm
+    together (evaluation steps also read the per-layer gradient norms)."""
+    from attnres.training.module import LitLM
+
+    training_reads: list[list[str]] = []
+    step_reads: list[tuple[int, list[str]]] = []
+    training_step, before_step = LitLM.training_step, LitLM.on_before_optimizer_step
+
+    def counted_training_step(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        with HostReads() as mode:
+            out = training_step(self, batch, batch_idx)
+        training_reads.append(mode.reads)
+        return out
+
+    def counted_before_step(self, optimizer):  # noqa: ANN001, ANN202
+        with HostReads() as mode:
+            before_step(self, optimizer)
+        step_reads.append((self.global_step + 1, mode.reads))
+
+    monkeypatch.setattr(LitLM, "training_step", counted_training_step)
+    monkeypatch.setattr(LitLM, "on_before_optimizer_step", counted_before_step)
+    args = [*TINY, "train.tokens=6144", "train.eval_interval=3", "train.micro_batch_size=4", "runtime.threads=1"]
+    assert train(resolve_run_config(None, args), tmp_path / "run", progress=False).status == "done"
+    assert len(training_reads) == 6 * 4 and all(reads == [] for reads in training_reads), training_reads
+    assert [step for step, _ in step_reads] == [1, 2, 3, 4, 5, 6]  # once per optimizer step, not per micro-batch
+    for step, reads in step_reads:
+        assert reads == ["tolist"] if step % 3 else reads.count("tolist") == 2, (step, reads)
+
+
+def test_a_non_finite_loss_drops_its_step_and_stops_the_run(tmp_path, monkeypatch):
+    """Checked once per step, after its last micro-batch: a non-finite loss in any micro-batch (here the second of
+    step 4's four) leaves the weights and the optimizer state as step 3 left them, writes no training row for step
+    4, and ends the run diverged at step 4."""
+    from attnres.training.branches import step_checkpoint
+    from attnres.training.module import LitLM
+
+    loss, calls = LitLM.loss, []
+
+    def poisoned(self, batch, reduction="mean", rows=None):  # noqa: ANN001, ANN202
+        value = loss(self, batch, reduction, rows)
+        if self.training:
+            calls.append(self.global_step)
+            if self.global_step == 3 and calls.count(3) == 2:
+                return value * float("inf")
+        return value
+
+    monkeypatch.setattr(LitLM, "loss", poisoned)
+    args = [*TINY, "train.eval_interval=10", "train.log_interval=1", "train.micro_batch_size=4", "runtime.threads=1"]
+    run = tmp_path / "run"
+    result = train(resolve_run_config(None, [*args, "train.save_at_steps=[3,4]"]), run, progress=False)
+    assert result.status == "diverged" and result.step == 4
+    row = schema.read_run_row(run)
+    assert row["status"] == "diverged" and row["error"] == "non-finite training loss at step 4"
+    assert calls.count(3) == 4  # the step's four micro-batches ran; the check came once, after them
+    metrics = pd.read_parquet(run / schema.METRICS_FILE)
+    assert metrics[metrics.split == "train"].step.tolist() == [1, 2, 3]
+    before, after = (torch.load(step_checkpoint(run, s), weights_only=False) for s in (3, 4))
+    assert after["global_step"] == 4
+    for name, value in before["state_dict"].items():
+        assert torch.equal(after["state_dict"][name], value), name
+    for i, state in before["optimizer_states"][0]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(after["optimizer_states"][0]["state"][i][key], value), (i, key)
+
+
 @pytest.mark.parametrize("tracker", ["csv", "tensorboard"])
 def test_a_tracker_writes_its_files_in_the_run_folder_beside_the_parquet_record(tmp_path, tracker):
     args = [*TINY, "train.tokens=20480", "train.log_interval=5", "train.eval_interval=10", f"runtime.logger={tracker}"]
