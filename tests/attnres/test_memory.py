@@ -121,3 +121,41 @@ def test_data_parallel_arithmetic_on_one_replica():
     fsdp = replace(cfg, runtime=replace(cfg.runtime, strategy="fsdp", devices=4, accelerator="gpu"))
     sharded = memory.estimate(fsdp, gpu=False, devices=4)
     assert sharded.weights == -(-one.weights // 4) and sharded.peak < ddp.peak
+
+
+def test_fsdp_counts_its_gathered_units_in_the_gather_dtype():
+    """FSDP's peak: the replica's, less its states, plus their shards, the root unit gathered in fp32, two sublayer
+    units gathered in bf16 under runtime.fsdp_mixed_precision in a bf16 run (else fp32) and one unit's unsharded
+    gradient; with micro-batches, every parameter's unsharded fp32 gradient too (accumulated between them). The
+    unit sizes are those of the real model's FSDP units (attnres.training.parallel.shard_model)."""
+    model = ModelConfig(vocab_size=256, n_layer=3, d_model=48, n_head=2, seq_len=64, residual="block", n_blocks=2)
+    real = AttnResLM(model)
+    sublayers = [sum(p.numel() for p in s.parameters()) for s in real.sublayers]
+    root = sum(p.numel() for p in real.parameters()) - sum(sublayers)
+    assert memory.fsdp_unit_params(model) == (root, max(sublayers))
+    largest = max(sublayers)
+
+    def run(precision: str, mixed: bool, micro: int | None = None) -> RunConfig:
+        runtime = RuntimeConfig(strategy="fsdp", devices=2, precision=precision, fsdp_mixed_precision=mixed)
+        return RunConfig(model=model, train=TrainConfig(batch_size=8, micro_batch_size=micro), runtime=runtime)
+
+    def replica(cfg: RunConfig) -> tuple[memory.MemoryEstimate, int]:
+        """One replica at the same rows per device, and its peak (DDP's estimate, less its gradient buckets)."""
+        ddp = memory.estimate(replace(cfg, runtime=replace(cfg.runtime, strategy="ddp")), gpu=True, devices=2)
+        return ddp, ddp.peak - ddp.grads
+
+    one, one_peak = replica(run("bf16-mixed", True))
+    bf16 = memory.estimate(run("bf16-mixed", True), gpu=True, devices=2)
+    states = one.weights + one.grads + one.optimizer
+    shards = sum(-(-x // 2) for x in (one.weights, one.grads, one.optimizer))
+    gathered = 4 * root + 2 * 2 * largest + (2 + 4) * largest
+    assert bf16.peak == one_peak - states + shards + gathered
+    fp32_gathers = memory.estimate(run("bf16-mixed", False), gpu=True, devices=2)
+    assert fp32_gathers.peak - bf16.peak == (2 * 4 * largest + 4 * largest) - (2 * 2 * largest + 6 * largest)
+    # fp32 training gathers fp32 whatever the setting
+    assert memory.estimate(run("32-true", True), True, 2).peak == memory.estimate(run("32-true", False), True, 2).peak
+    # two micro-batches per device: FSDP2 holds every parameter's fp32 gradient unsharded between them
+    one_micro, one_micro_peak = replica(run("bf16-mixed", True, 2))
+    accumulating = memory.estimate(run("bf16-mixed", True, 2), gpu=True, devices=2)
+    expected = one_micro_peak - states + shards + gathered + one_micro.grads
+    assert accumulating.peak == expected and one_micro.grads == 4 * sum(p.numel() for p in real.parameters())
