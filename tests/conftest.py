@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import attnres  # noqa: F401  (first: it asks MKL for its strict mode before any test module calls torch; attnres.blas)
+from tests.ci_slurm import pytest_runtest_makereport, pytest_terminal_summary  # noqa: F401 (CI=true: no SLURM skips)
 
 # torch.compile on CPU builds C++ kernels; a laptop without a compiler skips those tests (CI has gcc).
 HAS_CXX = any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
