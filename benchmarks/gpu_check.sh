@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# The GPU checks of the performance issue, as one script sized for a short loan of a GPU machine: each stage has
-# its own time limit, 9 minutes in all, so that the script fits one 10-minute command:
+# The GPU checks of the performance issue and of issue 50 (collectives, host syncs), as one script sized for a short
+# loan of a GPU machine; each stage has its own time limit:
 #   tests           the two-phase depth attention against the reference on CUDA (`pytest -m gpu`: eager and
 #                   compiled, fp32 and bf16 autocast);
 #   bench-eager     step time and peak memory in bf16 at d_model 1024 x 16 layers, side by side (bench_step.py);
 #   bench-compiled  the same with --compile (the fused depth kernels through Triton);
 #   train           `attnres train` of the baseline and Block N=8 (bf16-mixed, compiled), tokens/s side by side
-#                   (benchmarks/train_side_by_side.py).
+#                   (benchmarks/train_side_by_side.py);
+#   host-syncs      a run with 4 micro-batches a step under torch.cuda.set_sync_debug_mode("warn"): no host sync in
+#                   any micro-batch, one read per optimizer step (benchmarks/check_host_syncs.py, issue 50);
+#   parallel        only with 2 or more GPUs (else skipped, with a line): over NCCL, one gradient reduction and one
+#                   loss all-reduce per step under accumulation (DDP and FSDP, collectives counted per micro-batch),
+#                   and bf16 FSDP (sublayers gathered in bf16) against bf16 DDP (tests/attnres/test_parallel.py).
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]          # logs and JSON into OUT_DIR (default: gpu-check/)
+#   ONLY="host-syncs parallel" bash benchmarks/gpu_check.sh OUT   # only the stages named
+#
+# The first four stages' limits add up to 650 s; host-syncs (120 s at most) and parallel (360 s, with 2 GPUs) come
+# last, so a 10-minute command cut short loses only them: run those alone with ONLY.
 #
 # Needs torch (CUDA), pytest, pyyaml, lightning, pandas and pyarrow (not optuna or submitit). Runs from a plain
 # checkout: PYTHONPATH points at it, nothing is installed. A slow stage does not take the others with it.
 # To try the script itself on a machine without a GPU:
 #   DEVICE=cpu SIZES=64x4 BATCH=2 SEQ=64 TRAIN_MODEL="model.d_model=64 model.n_layer=4 model.seq_len=64" \
-#   TRAIN_TOKENS=40000 bash benchmarks/gpu_check.sh
+#   TRAIN_TOKENS=40000 HOST_SYNC_ARGS="model.d_model=32 model.n_head=2 model.seq_len=64" bash benchmarks/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
@@ -32,6 +41,7 @@ status=0
 stage() {  # stage NAME LIMIT_S COMMAND...: run, log to OUT/NAME.log, remember a failure
     local name=$1 limit=$2
     shift 2
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then echo "== $name: not in ONLY"; return; fi
     echo "== $name (limit ${limit}s)"
     timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
     local rc=${PIPESTATUS[0]}
@@ -53,4 +63,14 @@ accelerator=gpu
 # shellcheck disable=SC2086  # train_model is a list of overrides
 stage train 150 "$python" benchmarks/train_side_by_side.py --variants baseline,block8 --accelerator $accelerator \
     $train_model train.batch_size="$batch" train.tokens="$train_tokens" runtime.compile=true
+stage host-syncs 120 "$python" benchmarks/check_host_syncs.py --device "$device" --json "$out/host-syncs.json" \
+    ${HOST_SYNC_ARGS:-}
+gpus=0
+[ "$device" = cuda ] && gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())')
+if [ "$gpus" -ge 2 ]; then
+    stage parallel 360 env ATTNRES_TEST_ACCELERATOR=gpu "$python" -m pytest -q -m slow -p no:cacheprovider \
+        tests/attnres/test_parallel.py -k "once_per_optimizer_step or bf16_fsdp"
+else
+    echo "== parallel: skipped ($gpus GPU(s) visible; it needs 2)"
+fi
 exit $status

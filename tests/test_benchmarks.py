@@ -240,3 +240,16 @@ def test_the_decode_benchmark_rejects_bad_arguments_before_timing(argv, fragment
     with pytest.raises(SystemExit):
         bench_decode.main(argv)
     assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a short training run, under a minute on 2 busy cores
+def test_the_host_sync_check_passes_on_cpu(tmp_path):
+    """benchmarks/check_host_syncs.py (gpu_check.sh's host-syncs stage) on CPU: no host read in any micro-batch."""
+    from benchmarks import check_host_syncs
+
+    argv = ["--device", "cpu", "--json", str(tmp_path / "syncs.json"), "model.d_model=32", "model.n_head=2"]
+    argv += ["model.seq_len=64", "train.tokens=3072", "train.eval_interval=3", "runtime.threads=1"]
+    assert check_host_syncs.main(argv) == 0
+    summary = json.loads((tmp_path / "syncs.json").read_text())
+    assert summary["micro_batches_per_step"] == 4 and summary["training_step"]["calls"] == 12
+    assert summary["on_before_optimizer_step"][0] == "step 1: reads ['tolist'], syncs 0"

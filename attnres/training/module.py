@@ -125,7 +125,7 @@ class LitLM(L.LightningModule):
         self._last_time: float | None = None
         self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches and ranks)
         self._step_loss_sum: Tensor | None = None  # this rank's micro-batch losses of the step so far (fp64, on device)
-        self._micro_count = 0
+        self._micro_count = self._step_tokens = 0
         self._sharded = False
 
     # ------------------------------------------------------------------------------------------ data
@@ -186,12 +186,7 @@ class LitLM(L.LightningModule):
         micro = loss.detach().double()
         self._step_loss_sum = micro if self._micro_count == 0 else self._step_loss_sum + micro
         self._micro_count += 1
-        if self._micro_count == self.trainer.accumulate_grad_batches:  # a step's last micro-batch: its tokens/s
-            now = time.perf_counter()
-            if self._last_time is not None:
-                tokens = batch.shape[0] * (batch.shape[1] - 1) * self._micro_count * self.trainer.world_size
-                self.log("tok_s", tokens / (now - self._last_time), prog_bar=True)
-            self._last_time = now
+        self._step_tokens += batch.shape[0] * (batch.shape[1] - 1)
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -200,7 +195,8 @@ class LitLM(L.LightningModule):
         the all-reduce's sum, so every rank sees it) stops the run with this step's update dropped: the weights
         and optimizer state stay the last finite step's."""
         step_loss = self._step_loss_sum / self._micro_count
-        self._step_loss_sum, self._micro_count = None, 0
+        tokens = self._step_tokens * self.trainer.world_size
+        self._step_loss_sum, self._micro_count, self._step_tokens = None, 0, 0
         if self.trainer.world_size > 1:  # every rank trained on its share of the batch: the global batch's mean
             # torch's all-reduce itself: Lightning's strategy.reduce puts a barrier before it (a second collective)
             torch.distributed.all_reduce(step_loss)
@@ -219,6 +215,10 @@ class LitLM(L.LightningModule):
             optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without a gradient: no update
             return
         self.log("loss", self.step_loss, prog_bar=True)  # trackers: the step's loss, as metrics.parquet has it
+        now = time.perf_counter()
+        if self._last_time is not None:
+            self.log("tok_s", tokens / (now - self._last_time), prog_bar=True)
+        self._last_time = now
 
     @staticmethod
     def scale_lrs(optimizer: torch.optim.Optimizer) -> None:
