@@ -15,6 +15,10 @@ Lightning's FSDPStrategy (FSDP1) for three reasons (docs/training.md, "Several d
   unchanged;
 * it runs on CPU over gloo, so the tests train the very path a GPU cluster runs (Lightning refuses FSDP1 on CPU).
 
+In a bf16 run the sublayer units gather their parameters in bf16 and reduce their gradients in fp32
+(:func:`sublayer_policy`, ``runtime.fsdp_mixed_precision``), and under gradient accumulation every unit reduces its
+gradients once per optimizer step (:meth:`ShardedStrategy.block_backward_sync`).
+
 Checkpoints are full (unsharded) state dicts in the single-device format: the model's parameter names and the
 optimizer's state keyed by parameter index in optimizer order, as ``torch.optim.Optimizer.state_dict`` writes them.
 So a run resumes under DDP, FSDP or one device, on any world size. Lightning's ModelParallelStrategy would key the
