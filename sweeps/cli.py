@@ -6,6 +6,7 @@ Heavy imports (torch, lightning, optuna, submitit) happen inside the commands, s
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _launcher_argument(parser: argparse.ArgumentParser, help: str) -> None:
@@ -282,17 +283,31 @@ def _print_problems(summary) -> None:
             print(f"  {r.status}: {r.run_id} ({r.run_dir})")
 
 
+def check_results_folder(folder: str | Path, what: str = "the results folder") -> None:
+    """A results folder (or a sweep's folder in it) that is a file: `sweep status` read it as a folder with no runs in
+    it and showed every run queued."""
+    from attnres.config import ConfigError, path_kind
+
+    kind = path_kind(folder)
+    if kind not in ("missing", "a folder"):
+        raise ConfigError(
+            f"{folder} is {kind}, not a folder: {what} holds run folders; move it away, or give another --results"
+        )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from sweeps.expansion import expand_runs
     from sweeps.grid import load_grid
     from sweeps.status import folder_states, format_status, results_summary, sweep_status
     from sweeps.tuned_values import TunedValuesMissing
 
+    check_results_folder(args.results)
     if args.grid is None:
         lines = results_summary(args.results)
         print("\n".join(lines) if lines else f"no runs under {args.results}/ yet; name a grid to see its plan")
         return 0
     grid = load_grid(args.grid, args.overrides, args.results)
+    check_results_folder(Path(args.results) / grid.name, "the sweep's folder (RESULTS/<sweep>)")
     try:
         planned = expand_runs(grid, args.results)
     except TunedValuesMissing as err:  # the grid's runs are not known before tuning: show what exists

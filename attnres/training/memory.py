@@ -27,7 +27,6 @@ import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -36,9 +35,10 @@ from torch.utils._pytree import tree_flatten
 from attnres.config import ModelConfig, RunConfig
 from attnres.costs import count_params
 from attnres.kernels import cpu as cpu_kernels
+from attnres.runtime import MEMORY_HEADROOM, available_memory_gib
 
 GIB = 2**30
-HEADROOM = 0.9  # a run fits when its estimated peak is at most this share of runtime.device_memory_gb
+HEADROOM = MEMORY_HEADROOM  # a run fits when its estimated peak is at most this share of runtime.device_memory_gb
 
 
 @dataclass(frozen=True)
@@ -252,24 +252,6 @@ def fit_problem(cfg: RunConfig, gpu: bool, devices: int) -> str | None:
 
 
 CPU_SIMULATE_ABOVE = 0.2  # a CPU run whose rough bound is above this share of the available memory is simulated
-
-
-def available_memory_gib() -> float | None:
-    """Memory this machine can give a new process now, in GiB: Linux's MemAvailable (free memory plus the caches
-    it can drop), within the cgroup's limit when a container or a job has one; None where neither is known."""
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        available = int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
-            available = min(available, int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return max(available, 0) / GIB
 
 
 def _rough_peak(cfg: RunConfig) -> float:
