@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from attnres.config import ModelConfig, RunConfig
-from attnres.costs import count_params
+from attnres.costs import count_params, states_problem
 from attnres.kernels import cpu as cpu_kernels
 from attnres.runtime import MEMORY_HEADROOM, available_memory_gib
 
@@ -240,14 +240,9 @@ def fit_problem(cfg: RunConfig, gpu: bool, devices: int) -> str | None:
     available = None if gpu else available_memory_gib()
     if available is None or _rough_peak(cfg) < CPU_SIMULATE_ABOVE * available * GIB:
         return None  # far below the machine's memory: not worth a simulation (every small run would pay for one)
+    if problem := states_problem(cfg, available):  # no micro-batch or checkpointing shrinks them
+        return problem
     where = f"the {available:.1f} GiB this machine has available (set runtime.device_memory_gb to check another)"
-    states = 16 * count_params(cfg.model).total  # fp32 weights, gradients, AdamW's two moments: no setting shrinks them
-    if states > HEADROOM * available * GIB:
-        return (
-            f"{cfg.run_id} needs at least {states / GIB:,.1f} GiB for its weights, gradients and AdamW state alone "
-            f"({count_params(cfg.model).total:,} parameters), more than {HEADROOM:.0%} of {where}; use a smaller model "
-            "(model.n_layer, model.d_model) or vocabulary"
-        )
     return problem_text(cfg, check_fit(cfg, gpu, devices, available), where)
 
 
