@@ -329,6 +329,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, args.overrides)
     if args.launcher == "slurm":
         return _tune_on_slurm(grid, args)
+    from sweeps.launchers import check_slurm_tasks
+
+    check_slurm_tasks(list(grid.runs))  # every trial would fail on them
     best = tune(
         grid,
         args.results,
