@@ -200,6 +200,19 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
         assert str(tmp_path / "small" / "tokens") in err[0], err
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_disk_that_fills_mid_shard_names_the_shard_and_leaves_no_temporary_files(tmp_path, capsys, workers):
+    """A shard's write on a full disk named no file, and left its .tmp shards (as much as the disk took) behind."""
+    with mounted_tmpfs(tmp_path / "small", "size=1m"):
+        out = tmp_path / "small" / "tokens"
+        argv = ["data", "prepare", str(BUILTIN / "kjv.txt.gz"), "--out", str(out), "--workers", workers]
+        code = main([*argv, "--unit-mib", "2", "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1, err
+        assert f"cannot write or read {out}/train-00000.bin: No space left on device; free some space" in err[0], err
+        assert not [p.name for p in out.rglob("*.tmp")], sorted(p.name for p in out.rglob("*"))
+
+
 def test_a_run_parquet_column_of_another_type_is_a_problem_not_a_traceback(tmp_path, capsys):
     """flops saved as text: the run is listed as unreadable by fit and report, never summed as a string."""
     import pyarrow as pa
