@@ -252,6 +252,7 @@ def check_slurm(runtime: RuntimeConfig, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in INTERACTIVE_JOB_NAMES:
         return
+    check_environment(env)  # integers, before they are read as such
     ntasks = int(env["SLURM_NTASKS"])
     world = runtime.devices * runtime.num_nodes
     run = f"the run trains on runtime.devices x runtime.num_nodes = {runtime.devices} x {runtime.num_nodes}"
