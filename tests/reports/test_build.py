@@ -696,3 +696,24 @@ def test_the_html_has_a_table_of_contents_linking_every_section(built):
     ids = re.findall(r'<h[23] id="([^"]+)"', page)
     assert links == ids and len(set(ids)) == len(ids)  # every section and part, once, in order
     assert links[:2] == ["verdict", "headline"] and "provenance" in links
+
+
+def test_every_figure_draws_inside_its_own_bounds(tree, tmp_path, monkeypatch):
+    """Nothing a figure draws (titles, labels, legends, notes) runs past the figure's edges: the depth-attention
+    heatmap's subtitle did, by a sweep name and shape wider than the figure."""
+    import reports.section
+
+    outside = []
+    save = reports.section.save_figure
+
+    def checked(fig, stem, formats):
+        fig.canvas.draw()
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        width, height = fig.get_size_inches()
+        if box.x0 < -0.01 or box.y0 < -0.01 or box.x1 > width + 0.01 or box.y1 > height + 0.01:
+            outside.append((stem.name, [round(v, 2) for v in (box.x0, box.y0, box.x1, box.y1)], (width, height)))
+        return save(fig, stem, formats)
+
+    monkeypatch.setattr(reports.section, "save_figure", checked)
+    summary = reports.build_report(tree, tmp_path / "report", n_boot=20, strict=True)
+    assert len(summary.figures) >= len(FIGURES) and not outside, outside

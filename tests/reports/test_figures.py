@@ -215,7 +215,14 @@ def test_loss_curves(scaling):
     assert whole.get_ylabel() == "loss (nats/token)" and "thin lines: training loss" in whole.get_title()
     legend = texts(fig)["legend"]
     assert legend == ["baseline (2 seeds)", "Full AttnRes (2 seeds)", "Block AttnRes (N=4) (2 seeds)"]
-    assert len(whole.get_lines()) == 12  # 3 variants x 2 seeds, validation and training loss
+    # 3 variants x (2 faint seeds + their bold mean) in validation loss, and 2 training-loss lines each
+    assert len(whole.get_lines()) == 15 and len(zoom.get_lines()) == 9
+    for line, band in zip([ln for ln in zoom.get_lines() if ln.get_label() in legend], zoom.collections):
+        seeds = [ln for ln in zoom.get_lines() if ln.get_color() == line.get_color() and ln is not line]
+        ys = np.array([s.get_ydata() for s in seeds])
+        assert np.allclose(line.get_ydata(), ys.mean(axis=0))  # the bold line is the seeds' mean
+        corners = band.get_paths()[0].vertices[:, 1]
+        assert np.isclose(corners.min(), ys.min()) and np.isclose(corners.max(), ys.max())  # the band their range
     assert "n_layer=" in texts(fig)["title"][-1]  # the reference shape is named
     # the reference shape is the largest budget: its tokens are the longest lines
     top_tokens = results.finished["tokens"].max()
@@ -236,6 +243,35 @@ def test_loss_curves_whole_run_starts_at_the_first_logged_step(scaling):
     drawn = np.concatenate([line.get_xdata() for line in whole.get_lines()])
     assert drawn.min() == pytest.approx(first) and whole.get_xlim()[0] <= first
     assert drawn.max() == pytest.approx(m["tokens"].max())
+
+
+def _panel_data(ax) -> set[tuple]:
+    return {(tuple(np.round(ln.get_xdata(), 6)), tuple(np.round(ln.get_ydata(), 9))) for ln in ax.get_lines()}
+
+
+def test_loss_curves_draw_one_panel_when_the_runs_logged_only_their_second_half(scaling):
+    """A WSD branch logs from its decay on: a "whole run" panel would draw what the second-half panel draws."""
+    results, _ = scaling
+    m = results.metrics
+    branch = m[m["tokens"] >= 0.7 * m.groupby("run_id")["tokens"].transform("max")]
+    fig = reports.plot_loss_curves(results.runs, branch, sweep="scaling")
+    assert len(fig.axes) == 1 and "WSD branch" in fig.axes[0].get_title()
+    full = reports.plot_loss_curves(results.runs, m, sweep="scaling")
+    assert len(full.axes) == 2 and _panel_data(full.axes[0]) != _panel_data(full.axes[1])  # no two panels alike
+
+
+def test_loss_curves_of_an_envelope_point_draw_the_seeds_of_one_rate(scaling):
+    """A point read from a learning-rate envelope holds every rate's runs: the figure draws the seeds of the swept
+    rate nearest the point's best rate, and says which."""
+    results, fit = scaling
+    runs = results.runs.copy()
+    points = fit.sweep("scaling").points.copy()
+    top = points["tokens"] == points["tokens"].max()
+    other = runs[runs["run_id"].isin(points.loc[top, "run_ids"].iloc[0])].index[:1]
+    runs.loc[other, "lr"] = runs.loc[other, "lr"] * 4  # one baseline seed "at another rate"
+    fig = reports.plot_loss_curves(runs, results.metrics, sweep="scaling", points=points)
+    legend = texts(fig)["legend"]
+    assert legend[0].startswith("baseline") and " at lr " in legend[0] and "(2 seeds" not in legend[0]
 
 
 def test_loss_curves_fall_back_to_training_loss(scaling):
