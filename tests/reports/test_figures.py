@@ -557,3 +557,37 @@ def test_lr_table_lists_every_variant_at_every_learning_rate(tmp_path):
     with pytest.raises(reports.MissingData, match="one learning rate"):
         lr_table(one, sweep="one")
     assert reports.tables.has_lr_sweep(runs, sweep="lrs") and not reports.tables.has_lr_sweep(one, sweep="one")
+
+
+def test_the_papers_multiplier_is_drawn_wherever_the_final_axis_reaches_it():
+    """Block's 1.25 near the data widens the shared axis to about 1.28; Full's 1.27 then lies on the scale and is drawn
+    as a line, not listed as "off this scale" (it was, decided before the axis widened)."""
+    from reports.scaling import _paper_references
+
+    fig, axes = plt.subplots(1, 2, sharey=True, squeeze=False)
+    _paper_references(axes, [(axes[0, 0], 1.25), (axes[0, 1], 1.27)], highs=[1.0, 1.05], lows=[1.0, 0.85])
+    low, high = axes[0, 0].get_ylim()
+    assert low < 1.27 < high
+    for ax, ref in ((axes[0, 0], 1.25), (axes[0, 1], 1.27)):
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert not any("off this scale" in x for x in labels), labels
+        assert any(np.allclose(line.get_ydata(), ref) for line in ax.get_lines())
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    _paper_references(axes, [(axes[0, 0], 1.27)], highs=[0.95], lows=[0.8])  # far above the data: a note
+    assert axes[0, 0].get_ylim()[1] < 1.27
+    assert any("off this scale" in t.get_text() for t in axes[0, 0].get_legend().get_texts())
+
+
+def test_block_curves_name_their_n_in_a_slice_sweeps_figures(scaling):
+    """A sweep fitted per tokens-per-parameter ratio (``scaling@8tpp``) names no runs: N comes from its points."""
+    import dataclasses
+
+    results, fit = scaling
+    sliced = dataclasses.replace(fit.sweep("scaling"), sweep="scaling@8tpp")
+    report = dataclasses.replace(fit, sweeps=[sliced])
+    titles = [ax.get_title() for ax in reports.plot_multiplier(report, "scaling@8tpp", runs=results.runs).axes]
+    assert "Block AttnRes (N=4) (shared exponent)" in titles
+    curves = reports.plot_scaling_curves(report, "scaling@8tpp", runs=results.runs)
+    labels = [t for ax in curves.axes if ax.get_legend() for t in (x.get_text() for x in ax.get_legend().get_texts())]
+    blocks = [x for x in labels if x.startswith("Block AttnRes")]
+    assert blocks and all("(N=4)" in x for x in blocks), labels
