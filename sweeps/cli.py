@@ -36,6 +36,31 @@ def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> 
     )
 
 
+def _json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON lines instead of the table: one object per run, the fields of docs/sweeps.md "
+        '("Machine-readable plans and statuses")',
+    )
+
+
+def _print_json(grid_name: str | None, rows: list) -> None:
+    """One JSON object per run (``dataclasses.asdict`` of a plan row or a run state, with its sweep), one a line."""
+    import dataclasses
+    import json
+    import math
+    from pathlib import Path
+
+    for row in rows:
+        record = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in dataclasses.asdict(row).items()
+        }
+        # a status knows its folder (a trunk's is in <sweep>-trunk); a plan row's variant says "trunk"
+        sweep = Path(record["run_dir"]).parent.name if record.get("run_dir") else grid_name
+        print(json.dumps({"sweep": sweep, **record}, allow_nan=False, default=str))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     sweep = sub.add_parser(
         "sweep",
@@ -69,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also pack the unfinished runs onto this many devices (a GPU grid: each run holds its slurm nodes x "
         "gpus_per_node) and print the elapsed time, and the runs that strand devices",
     )
+    _json_argument(plan)
     plan.set_defaults(func=cmd_plan)
 
     run = commands.add_parser("run", help="train every unfinished run of the grid (locally or as SLURM job arrays)")
@@ -94,6 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "status", help="done / running / queued / interrupted / failed / diverged / unreadable for every run"
     )
     _grid_arguments(status, optional=True)
+    _json_argument(status)
     status.set_defaults(func=cmd_status)
 
     throughput = commands.add_parser(
@@ -216,6 +243,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.gpus and launcher == "local" and (grid.slurm or {}).get("gpus_per_node"):
         launcher = "slurm"  # a GPU grid's runs hold the devices of their SLURM resources
     rows = plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s, flops_file=args.flops_file)
+    if args.json:
+        _print_json(grid.name, rows)
+        return 0
     tuning = tuning_plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s)
     print(
         f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x "
@@ -298,11 +328,15 @@ def check_results_folder(folder: str | Path, what: str = "the results folder") -
 def cmd_status(args: argparse.Namespace) -> int:
     from sweeps.expansion import expand_runs
     from sweeps.grid import load_grid
-    from sweeps.status import folder_states, format_status, results_summary, sweep_status
+    from sweeps.status import folder_states, format_status, results_summary, sweep_folders, sweep_status
     from sweeps.tuned_values import TunedValuesMissing
 
     check_results_folder(args.results)
     if args.grid is None:
+        if args.json:
+            for sweep in sweep_folders(args.results):
+                _print_json(sweep, folder_states(args.results, sweep))
+            return 0
         lines = results_summary(args.results)
         print("\n".join(lines) if lines else f"no runs under {args.results}/ yet; name a grid to see its plan")
         return 0
@@ -311,13 +345,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         planned = expand_runs(grid, args.results)
     except TunedValuesMissing as err:  # the grid's runs are not known before tuning: show what exists
+        if args.json:
+            _print_json(grid.name, folder_states(args.results, grid.name))
+            return 0
         print(format_status(folder_states(args.results, grid.name), grid.name))
         tuning = folder_states(args.results, grid.tune_sweep)
         if tuning:
             print(format_status(tuning, grid.tune_sweep).splitlines()[-1])
         print(f"note: {err}")
         return 0
-    print(format_status(sweep_status(planned, args.results), grid.name))
+    states = sweep_status(planned, args.results)
+    if args.json:
+        _print_json(grid.name, states)
+        return 0
+    print(format_status(states, grid.name))
     return 0
 
 

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Scaling-law suite for Attention Residuals: train baseline / Full / Block AttnRes runs, "
         "sweep them locally or on SLURM, fit scaling laws and the effective compute multiplier, and report.",
     )
+    from attnres import __version__
+
+    parser.add_argument("--version", action="version", version=f"attnres {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
