@@ -148,8 +148,10 @@ def _fit_sweep(
             one_shape=one,
         )
     fitted = [d.label for d in p.data]
-    throughput = sweep_throughput(p.points, folders, notes)
+    throughput, incomparable = sweep_throughput(p.points, folders, notes, p.runs)
     study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes, variants)
+    if incomparable:  # the logged throughputs are the load's as much as the model's: wall-clock M is a point
+        multipliers = [point_wall_clock(m) for m in multipliers]
     flag_implausible(multipliers, notes)
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other), study.delta)
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
@@ -376,6 +378,16 @@ def fit_curves(
                     _variant_multiplier(study, variant, label, settings, rows, throughput or {}, joint, notes)
                 )
     return study, joint, multipliers
+
+
+def point_wall_clock(m: VariantMultiplier) -> VariantMultiplier:
+    """``m`` with its wall-clock multipliers (headline and per budget) as point estimates, their intervals dropped."""
+
+    def point(e: Estimate) -> Estimate:
+        return Estimate(e.value, math.nan, math.nan, e.level)
+
+    budgets = tuple(replace(b, wall_clock=point(b.wall_clock)) for b in m.budgets)
+    return replace(m, wall_clock=point(m.wall_clock), budgets=budgets)
 
 
 def _curve_result(

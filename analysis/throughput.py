@@ -25,6 +25,10 @@ from analysis.errors import AnalysisError
 
 THROUGHPUT_FILE = "throughput.json"  # written by sweeps.throughput (attnres sweep throughput)
 RATIO_LOW, RATIO_HIGH = 0.5, 2.0
+# Runs of one variant and shape do the same work per token: the FLOP/s they logged differ only by the machine's load
+# while each trained. Up to this relative spread (largest over smallest, minus 1) the logged throughputs read as one
+# machine state and wall-clock M keeps M's interval; past it, wall-clock M is a point (docs/analysis.md).
+LOAD_SPREAD = 0.10
 
 
 def implausible(ratio: float) -> bool:
@@ -84,19 +88,54 @@ def logged_by_shape(points: pd.DataFrame) -> dict[tuple[str, int, int], float]:
 
 
 def sweep_throughput(
-    points: pd.DataFrame, folders: Sequence[Path], notes: list[str]
-) -> dict[tuple[str, int, int], float]:
-    """FLOP/s per (curve, n_layer, d_model) of a sweep's points: measured side by side where the sweep's folders
-    hold a ``throughput.json``, else as the runs logged it; a note says which."""
+    points: pd.DataFrame, folders: Sequence[Path], notes: list[str], runs: pd.DataFrame | None = None
+) -> tuple[dict[tuple[str, int, int], float], str]:
+    """(FLOP/s per (curve, n_layer, d_model) of a sweep's points, why wall-clock M can have no interval or "").
+
+    Measured side by side where the sweep's folders hold a ``throughput.json`` (comparable by construction), else as
+    the runs logged it, comparable when the runs of one variant and shape logged FLOP/s within :data:`LOAD_SPREAD`
+    of each other (:func:`load_spread` of ``runs``); a note says which."""
     entries, source = read_side_by_side(list(folders))
     if source is not None:
         notes.append(f"wall-clock M from throughput measured side by side ({source.name})")
-        return side_by_side_by_shape(points, entries)
+        return side_by_side_by_shape(points, entries), ""
+    why = ""
+    if runs is not None:
+        spread, shapes = load_spread(runs)
+        if shapes == 0:
+            why = "no variant and shape was trained twice, so the load behind the logged tokens/s cannot be judged"
+        elif spread > LOAD_SPREAD:
+            why = (
+                f"runs of one variant and shape logged FLOP/s up to {spread:.0%} apart (more than {LOAD_SPREAD:.0%}): "
+                "the machine's load while each trained, not the model"
+            )
     notes.append(
         "wall-clock M from the tokens/s each run logged while it trained (at different times, on a machine that "
-        "may have been shared); `attnres sweep throughput GRID` measures the variants side by side"
+        "may have been shared)"
+        + (
+            f"; a point without an interval: {why}"
+            if why
+            else f"; their spread within a shape is at most {LOAD_SPREAD:.0%}"
+        )
+        + "; `attnres sweep throughput GRID` measures the variants side by side"
     )
-    return logged_by_shape(points)
+    return logged_by_shape(points), why
+
+
+def load_spread(runs: pd.DataFrame) -> tuple[float, int]:
+    """(the largest relative spread of logged FLOP/s among finished runs of one variant and shape, the number of
+    such groups with two runs or more); a run's FLOP/s is its tokens/s times its FLOPs per token."""
+    done = runs[runs["status"].astype(str) == "done"] if "status" in runs else runs
+    flops = pd.to_numeric(done["tokens_per_s"], errors="coerce") * pd.to_numeric(
+        done["flops_per_token"], errors="coerce"
+    )
+    keys = [k for k in ("variant", "n_blocks", "n_layer", "d_model", "seq_len", "batch_size") if k in done]
+    frame = done[keys].astype(str).assign(flops_per_s=flops.to_numpy())
+    frame = frame[np.isfinite(frame["flops_per_s"]) & (frame["flops_per_s"] > 0)]
+    groups = [g["flops_per_s"] for _, g in frame.groupby(keys) if len(g) >= 2]
+    if not groups:
+        return math.nan, 0
+    return max(float(g.max() / g.min() - 1) for g in groups), len(groups)
 
 
 def throughput_ratios(

@@ -695,12 +695,68 @@ def apply_overrides(data: Mapping[str, Any], overrides: list[str]) -> dict[str, 
         raise ConfigError(f"overrides {' '.join(overrides)}: {str(err).splitlines()[0]}") from None
 
 
+def path_kind(path: str | Path) -> str:
+    """What ``path`` is, in words, for a message that says why it cannot be read as a file: "a folder", "a character
+    device" (``/dev/zero``), "a FIFO (named pipe)", ...; "missing" when there is nothing there."""
+    import stat
+
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def _yaml_loader() -> type:
+    """PyYAML's safe loader, refusing a key written twice in one mapping: YAML keeps the last value without a word
+    (``lr: 1e-3`` on line 4 silently replaced by ``lr: 3e-3`` on line 9)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges, which may repeat keys
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        if key in seen:
+                            raise DuplicateKey(key, seen[key], line)
+                        seen[key] = line
+                    except TypeError:  # an unhashable key: PyYAML's own error says so
+                        continue
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+class DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, again: int) -> None:
+        super().__init__(key, first, again)
+        self.key, self.first, self.again = key, first, again
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     import yaml
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        kind = path_kind(path)
+        if kind == "missing":
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigError(f"config file {str(path)!r} is {kind}, not a file; give the YAML file itself")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -712,7 +768,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             "UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_yaml_loader()) or {}  # noqa: S506 (a SafeLoader)
+    except DuplicateKey as dup:
+        raise ConfigError(
+            f"config file {str(path)!r}: key {dup.key!r} is given twice in one mapping ("
+            + (f"lines {dup.first} and {dup.again}" if dup.first != dup.again else f"both on line {dup.first}")
+            + "), and YAML would keep the second without a word; remove one of them"
+        ) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
     if not isinstance(data, dict):

@@ -182,6 +182,20 @@ def run_budget(cfg: RunConfig) -> Budget:
             "budget of a run you mean to train"
         )
     batch_tokens = cfg.train.batch_size * cfg.model.seq_len
+    if target < batch_tokens * (1 - 1e-9):
+        # rounded up to one step, it trained a whole batch and then evaluated train.eval_tokens (`train.tokens=10`:
+        # 4,096 tokens of training, then 138 s of evaluation): a budget this small is a typo, not a run
+        given = (
+            f"train.flops={cfg.train.flops:g} is {target:,.0f} tokens"
+            if cfg.train.flops
+            else f"train.tokens={target:g}"
+        )
+        raise ConfigError(
+            f"{given}, less than one batch (train.batch_size {cfg.train.batch_size} x model.seq_len "
+            f"{cfg.model.seq_len} = {batch_tokens:,} tokens): the run would train {batch_tokens:,} tokens in one step "
+            f"and then evaluate {cfg.train.eval_tokens:,}; give a budget of at least {batch_tokens:,} tokens, or a "
+            "smaller batch_size or seq_len"
+        )
     steps = max(1, math.ceil(target / batch_tokens - 1e-9))
     counts = count_params(cfg.model)
     return Budget(
@@ -192,4 +206,26 @@ def run_budget(cfg: RunConfig) -> Budget:
         flops=steps * batch_tokens * per_token,
         params=counts.non_embedding,
         params_total=counts.total,
+    )
+
+
+STATE_BYTES_PER_PARAM = 16  # fp32 weights, gradients, AdamW's two moments: no setting shrinks them
+
+
+def states_problem(cfg: RunConfig, available_gib: float) -> str | None:
+    """Why ``cfg`` cannot train on a CPU with ``available_gib`` of memory whatever its settings (its weights,
+    gradients and optimizer state alone exceed the share of it a run may take), or None. No torch: `attnres sweep
+    plan` says it for every run, and `attnres train` and `sweep run` refuse such a run
+    (:func:`attnres.training.memory.fit_problem`)."""
+    from attnres.runtime import MEMORY_HEADROOM
+
+    total = count_params(cfg.model).total
+    states = STATE_BYTES_PER_PARAM * total
+    if states <= MEMORY_HEADROOM * available_gib * 2**30:
+        return None
+    return (
+        f"{cfg.run_id} needs at least {states / 2**30:,.1f} GiB for its weights, gradients and AdamW state alone "
+        f"({total:,} parameters), more than {MEMORY_HEADROOM:.0%} of the {available_gib:.1f} GiB this machine has "
+        "available (set runtime.device_memory_gb to check another); use a smaller model (model.n_layer, "
+        "model.d_model) or vocabulary"
     )

@@ -64,6 +64,9 @@ def busy_cores(seconds: float = 0.3) -> float | None:
     return sum(1 - (after[c][1] - before[c][1]) / max(1, after[c][0] - before[c][0]) for c in after if c in before)
 
 
+LONGER_SAMPLE_S = 1.0  # the second look CpuShare.now takes when the load average and the first sample disagree
+
+
 @dataclass(frozen=True)
 class CpuShare:
     """What the CPU can give new work now: its cores, and the load other work puts on them: the larger of the 1-minute
@@ -75,12 +78,21 @@ class CpuShare:
 
     @classmethod
     def now(cls) -> CpuShare:
+        """The cores' load now. The sample decides: the 1-minute load average trails finished work by minutes (a
+        ``pip install`` that has just ended leaves it near 1 for a minute, and the demo's first line said "this
+        machine is busy" from it), so where it says more than the sample it only asks for a longer sample (1 s), and
+        the larger of the two samples is the load: work that stays is seen, work that has ended is not. Where no
+        sample can be taken (not Linux), the load average is the load."""
         cores = cpu_cores()
         sampled = busy_cores()
         # the load average is the whole machine's: it speaks for these cores only when they are the whole machine
         whole = cores == (os.cpu_count() or cores) and hasattr(os, "getloadavg")
         average = os.getloadavg()[0] if whole else 0.0
-        return cls(cores, max(average, sampled or 0.0))
+        if sampled is None:
+            return cls(cores, average)
+        if round(average) > round(sampled):  # busy a minute ago, idle in the sample: does it stay idle?
+            sampled = max(sampled, busy_cores(LONGER_SAMPLE_S) or 0.0)
+        return cls(cores, sampled)
 
     @property
     def free(self) -> int:
@@ -121,11 +133,18 @@ class CpuShare:
 def one_line_warnings(prefix: str) -> None:
     """Print warnings as one line of text, ``<prefix>: warning: <message>``, instead of Python's
     ``path/to/module.py:76: UserWarning: ...`` and the source line under it: a user reads what is wrong, not where in
-    the code it was noticed. The category is kept where it says something (not for a plain UserWarning)."""
+    the code it was noticed. The category is kept where it says something (not for a plain UserWarning). Each text
+    is printed once per command: a warning raised again by code that runs more than once (``attnres fit`` chooses a
+    sweep's points for each of its analyses, and printed one dropped run 4 times) is not repeated."""
+
+    said: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 (warnings' signature)
         text = " ".join(str(message).split())
         kind = "" if category is UserWarning else f" ({category.__name__})"
+        if (text, kind) in said:  # the same words again (attnres fit re-reads a sweep's points per analysis): once
+            return
+        said.add((text, kind))
         try:
             (file or sys.stderr).write(f"{prefix}: warning: {text}{kind}\n")
         except (OSError, ValueError):  # a closed or gone stream: the warning is lost, as Python's own would be
@@ -186,8 +205,13 @@ INTEGER_ENVIRONMENT = (
 )
 
 
+# The values of the project's own switches, as documented (docs/training.md, "Environment variables").
+NATIVE_VALUES = ("0", "1")  # ATTNRES_NATIVE: 0 turns the native CPU kernels off, 1 (the default) uses them
+
+
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a rank, world size or SLURM job variable that is not an integer, before Lightning reads it."""
+    """Refuse a rank, world size or SLURM job variable that is not an integer, before Lightning reads it, and a value
+    of ``ATTNRES_NATIVE`` other than the documented ones."""
     from attnres.config import ConfigError
 
     environ = os.environ if environ is None else environ
@@ -199,6 +223,126 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
                 f"environment variable {name}={value!r} is not a non-negative integer ({where}); unset it "
                 f"(unset {name}) outside a job, or fix the job script that sets it"
             )
+    native = environ.get("ATTNRES_NATIVE")
+    if native is not None and native not in NATIVE_VALUES:
+        # anything but "0" turned the kernels on: ATTNRES_NATIVE=off or =false meant the opposite of what it did
+        raise ConfigError(
+            f"environment variable ATTNRES_NATIVE={native!r} is not one of {', '.join(NATIVE_VALUES)} (0: the torch "
+            "ops instead of the native CPU kernels; 1, the default: the native kernels); set one of them, or unset "
+            "ATTNRES_NATIVE"
+        )
+
+
+INTERACTIVE_JOB_NAMES = ("bash", "interactive")  # SLURM job names for which Lightning ignores SLURM's variables
+
+
+def check_slurm(runtime: RuntimeConfig, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse SLURM task variables that Lightning would read and then fail on, or train the wrong world with, before
+    anything is prepared or written.
+
+    Lightning takes its ranks from SLURM wherever ``SLURM_NTASKS`` is set (unless the job is named ``bash`` or
+    ``interactive``): exported by hand or left over outside a job, or in a batch script whose task count does not
+    match the run, it ended in a 33-line traceback after the corpus, the model and the run folder were made. Refused:
+    several tasks without ``SLURM_NTASKS_PER_NODE`` (Lightning stops on it); a multi-device run whose tasks (count,
+    per node, nodes, rank variables) are not the run's devices x nodes; a one-device run in a task of rank > 0
+    (every task would train the same run). A one-device run in the first task of a larger allocation (a batch
+    script's one process, a local sweep inside an allocation) trains as before."""
+    from attnres.config import ConfigError
+
+    env = os.environ if environ is None else environ
+    if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in INTERACTIVE_JOB_NAMES:
+        return
+    check_environment(env)  # integers, before they are read as such
+    ntasks = int(env["SLURM_NTASKS"])
+    world = runtime.devices * runtime.num_nodes
+    run = f"the run trains on runtime.devices x runtime.num_nodes = {runtime.devices} x {runtime.num_nodes}"
+    outside = (
+        "outside a SLURM job, unset the SLURM variables (unset SLURM_NTASKS SLURM_JOB_ID ...); in one, set "
+        "SLURM_JOB_NAME=interactive to train without SLURM's ranks"
+    )
+    if ntasks > 1 and "SLURM_NTASKS_PER_NODE" not in env:
+        raise ConfigError(
+            f"environment variable SLURM_NTASKS={ntasks} says this is one of {ntasks} SLURM tasks, but "
+            "SLURM_NTASKS_PER_NODE is not set, and Lightning cannot place the tasks without it (a job asked with "
+            f"--ntasks, not --ntasks-per-node); {run} device(s): {outside}, or start {world} task(s) with srun "
+            f"--nodes={runtime.num_nodes} --ntasks-per-node={runtime.devices}"
+        )
+    if world == 1:
+        rank = env.get("SLURM_PROCID", "0").strip() or "0"
+        if ntasks > 1 and rank != "0":
+            raise ConfigError(
+                f"this is SLURM task {rank} of {ntasks} (SLURM_PROCID, SLURM_NTASKS), and {run} = 1 device: every "
+                f"task would train the same run; start one task (srun --ntasks=1), or set runtime.devices={ntasks} "
+                "to train on all of them"
+            )
+        return
+    per_node, nodes = env.get("SLURM_NTASKS_PER_NODE"), env.get("SLURM_NNODES")
+    missing = [name for name in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID") if name not in env]
+    wrong = []
+    if ntasks != world:
+        wrong.append(f"SLURM_NTASKS={ntasks}")
+    if per_node is not None and int(per_node) != runtime.devices:
+        wrong.append(f"SLURM_NTASKS_PER_NODE={per_node}")
+    if nodes is not None and int(nodes) != runtime.num_nodes:
+        wrong.append(f"SLURM_NNODES={nodes}")
+    if wrong or missing:
+        said = "; ".join([*wrong, *([f"no {'/'.join(missing)}"] if missing else [])])
+        raise ConfigError(
+            f"SLURM's tasks do not match the run ({said}): {run} = {world} devices, one SLURM task each; start "
+            f"them with srun --nodes={runtime.num_nodes} --ntasks-per-node={runtime.devices}, or set "
+            f"runtime.devices and runtime.num_nodes to the job's tasks; {outside}"
+        )
+
+
+def torch_threads(requested: int, cores: int | None = None) -> tuple[int, str | None]:
+    """The torch threads a run uses for ``runtime.threads=requested`` (0: torch's default, left alone), and a warning
+    when the request is capped: more threads than the cores this process may run on (:func:`cpu_cores`) add no speed
+    (they wait for each other, and OpenMP threads spin while they wait) and change no number (docs/training.md,
+    "Threads and numerics"), so a request above them is capped, with one line, rather than refused: the same config
+    then runs on a machine with fewer cores (a grid's threads planned on a login node, trained on a SLURM node)."""
+    cores = cpu_cores() if cores is None else cores
+    if requested <= cores:
+        return requested, None
+    return cores, (
+        f"runtime.threads={requested} is more than the {cores} core(s) this process may run on; training with "
+        f"{cores} thread(s) (more threads than cores only wait for each other, and the numbers do not depend on "
+        "the threads)"
+    )
+
+
+def terminal_ok(stream: object) -> bool:
+    """Whether ``stream`` is a terminal a progress bar can be drawn on: a TTY that reports a size. A TTY that reports
+    0 columns or 0 rows (a pseudo-terminal nobody sized: some CI runners, ``docker run -t``, ``script``) made tqdm
+    draw nothing for the whole run (it takes the width less one, -1, and hides every line beyond the rows), so there
+    the plain lines of a log are printed instead."""
+    try:
+        if not stream.isatty():  # type: ignore[attr-defined]
+            return False
+        size = os.get_terminal_size(stream.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+    return size.columns > 0 and size.lines > 0
+
+
+MEMORY_HEADROOM = 0.9  # a run fits in this share of a device's memory (attnres.training.memory)
+
+
+def available_memory_gib() -> float | None:
+    """Memory this machine can give a new process now, in GiB: Linux's MemAvailable (free memory plus the caches
+    it can drop), within the cgroup's limit when a container or a job has one; None where neither is known."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        available = int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(available, 0) / 2**30
 
 
 def resolve_precision(precision: str, gpu: bool, bf16_supported: bool | None = None) -> tuple[str, str | None]:

@@ -1,5 +1,6 @@
-"""The report in order: the title, provenance, headline, each sweep's section, the paper's reference, what was
-skipped and the runs with a problem, with the figures numbered in document order (report.md and report.html
+"""The report in order: the title, the verdict, the headline, each sweep's section (figures first), the paper's
+reference, what lies behind the headline, what was skipped, the runs with a problem and the provenance, with the
+figures numbered in document order (report.md and report.html
 render these blocks); and report.json's record of the same build. Never imports torch."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from reports.context import ReportContext
 from reports.document import Heading
 from reports.files import json_clean
 from reports.folder import REPORT_FORMAT
-from reports.headline import Headline, headline_section
+from reports.headline import Headline, behind_headline_section, headline_section, verdict_section
 from reports.paper_section import paper_section
 from reports.problems import problems_section, skipped_section
 from reports.provenance import provenance_record, provenance_section
@@ -28,13 +29,16 @@ def document(ctx: ReportContext, headline: Sequence[Headline]) -> Section:
     if ctx.paper:
         parts.append(paper_section(ctx))
     made = Section.join(parts)
+    # what a reader came for first (the verdict, the headline, each sweep's figures), where it came from last
     blocks = [
         Heading(report_title(ctx.results), 1),
-        *provenance_section(ctx),
+        *verdict_section(ctx, headline),
         *headline_section(ctx, headline),
         *made.blocks,
+        *behind_headline_section(ctx, headline),
         *skipped_section(made.skipped),
         *problems_section(ctx),
+        *provenance_section(ctx),
     ]
     return replace(made, blocks=number_figures(blocks))
 

@@ -154,6 +154,9 @@ tr:nth-child(even) td { background: #fcfcfc; }
 figure { margin: 1em 0 1.8em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #444; margin-top: .3em; }
+nav.toc { background: #fafafa; border: 1px solid #eee; padding: .5em 1em; margin: 1em 0 1.5em; font-size: .92em; }
+nav.toc ul { list-style: none; padding-left: 0; margin: .3em 0 0; columns: 2; }
+nav.toc li.toc3 { padding-left: 1.2em; font-size: .94em; }
 """
 
 
@@ -181,8 +184,34 @@ def _inline(text: str) -> str:
     return escaped
 
 
+TOC_LEVELS = (2, 3)  # the headings the HTML's table of contents lists (sections and their parts)
+
+
+def heading_ids(blocks: Sequence[Block]) -> dict[int, str]:
+    """An anchor for every heading (by its index in ``blocks``): its text in lower case, words joined by "-",
+    made unique with "-2", "-3", ... in document order."""
+    ids: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for i, b in enumerate(blocks):
+        if isinstance(b, Heading):
+            slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"[`*]", "", b.text).lower()).strip("-") or "section"
+            seen[slug] = seen.get(slug, 0) + 1
+            ids[i] = slug if seen[slug] == 1 else f"{slug}-{seen[slug]}"
+    return ids
+
+
+def _toc(blocks: Sequence[Block], ids: Mapping[int, str]) -> str:
+    items = [
+        f'<li class="toc{b.level}"><a href="#{ids[i]}">{_inline(b.text)}</a></li>'
+        for i, b in enumerate(blocks)
+        if isinstance(b, Heading) and b.level in TOC_LEVELS
+    ]
+    return f'<nav class="toc"><strong>Contents</strong><ul>{"".join(items)}</ul></nav>' if items else ""
+
+
 def to_html(blocks: Sequence[Block], root: Path, title: str) -> str:
-    """The blocks as one self-contained HTML page; PNG images under ``root`` are embedded as base64."""
+    """The blocks as one self-contained HTML page, a table of contents after its title (every section and its
+    parts, linked to their anchors); PNG images under ``root`` are embedded as base64."""
     out = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -193,9 +222,14 @@ def to_html(blocks: Sequence[Block], root: Path, title: str) -> str:
         "</head>",
         "<body>",
     ]
-    for b in blocks:
+    ids = heading_ids(blocks)
+    toc = _toc(blocks, ids)
+    for i, b in enumerate(blocks):
         if isinstance(b, Heading):
-            out.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
+            out.append(f'<h{b.level} id="{ids[i]}">{_inline(b.text)}</h{b.level}>')
+            if b.level == 1 and toc:
+                out.append(toc)
+                toc = ""
         elif isinstance(b, Paragraph):
             out.append(f"<p>{_inline(b.text)}</p>")
         elif isinstance(b, Bullets):

@@ -73,9 +73,11 @@ def plot_loss_curves(
     split: str | None = None,
     points: pd.DataFrame | None = None,
 ) -> Figure:
-    """Validation loss (nats/token) vs training tokens for each variant at the reference shape: every seed of
-    the chosen learning rate as its own line. Left: the whole run (log tokens); right: the second half of
-    training on linear axes, where the variants separate.
+    """Validation loss (nats/token) vs training tokens for each variant at the reference shape: the mean over the
+    seeds at the chosen learning rate as a bold line with the seeds' range as a band, each seed a faint line.
+    Left: the whole run (log tokens); right: the second half of training on linear axes, where the variants
+    separate. Where the runs logged nothing before their second half (a WSD branch starts at its decay; its trunk's
+    steps are the trunk's runs), the two would draw the same data, and the figure has the one panel.
 
     ``split``: "val" or "train"; ``None`` takes "val" unless the runs logged fewer than 3 validation points
     (then the training loss, and the axis label says so). ``points``: the fit's points of the sweep (default:
@@ -97,34 +99,45 @@ def plot_loss_curves(
     shape, sel = reference_points(
         points, keep=keep, has_data=lambda ids: any(i in available for i in ids), what="the loss curves"
     )
+    curves = _seed_curves(m, sel, points, runs, available)
+    end = max(float(x.max()) for c in curves for x, _ in c.seeds)
+    zoomed = any(float(x[x > 0].min()) < 0.5 * end for c in curves for x, _ in c.seeds if (x > 0).any())
     ylabel = "validation loss (nats/token)" if split == "val" else "training loss (nats/token)"
     with rc_context():
-        fig, (ax, axz) = plt.subplots(1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [1, 1], "wspace": 0.22})
-        zoom_lo, zoom_hi = _draw_loss_curves(ax, axz, m, sel, points, available)
-        with_train = _draw_training_loss(ax, train, sel, available)
+        if zoomed:
+            fig, (ax, axz) = plt.subplots(
+                1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [1, 1], "wspace": 0.22}
+            )
+        else:
+            fig, ax = plt.subplots(figsize=(6.4, 4.4))
+            axz = None
+        zoom_lo, zoom_hi = _draw_loss_curves(ax, axz, curves)
+        with_train = _draw_training_loss(ax, train, curves)
         ax.set_xscale("log")
         if with_train:
             ax.set_yscale("log")  # from the first steps' loss down to the end's, and the end still readable
             readable_log_ticks(ax, "y", max_ticks=10)
         ax.set_xlabel("training tokens")
         ax.set_ylabel("loss (nats/token)" if with_train else ylabel)
-        ax.set_title(
-            "whole run (log tokens; thin lines: training loss)" if with_train else "whole run (log tokens)",
-            fontsize=10,
-        )
-        axz.set_xlabel("training tokens")
-        axz.set_ylabel(ylabel)
-        axz.set_title("second half of training", fontsize=10)
-        if zoom_lo:
-            lo, hi = min(zoom_lo), max(zoom_hi)
-            pad = 0.05 * (hi - lo if hi > lo else max(abs(hi), 1e-3))
-            axz.set_ylim(lo - pad, hi + pad)
+        part = "whole run" if zoomed else "the logged steps (a WSD branch's decay; its trunk is a run of its own)"
+        ax.set_title(f"{part} (log tokens; thin lines: training loss)" if with_train else part, fontsize=10)
         compact_ticks(ax, "x", log=True)
-        compact_ticks(axz, "x", log=False)
-        axz.legend(loc="upper right")
+        if axz is not None:
+            axz.set_xlabel("training tokens")
+            axz.set_ylabel(ylabel)
+            axz.set_title("second half of training", fontsize=10)
+            if zoom_lo:
+                lo, hi = min(zoom_lo), max(zoom_hi)
+                pad = 0.05 * (hi - lo if hi > lo else max(abs(hi), 1e-3))
+                axz.set_ylim(lo - pad, hi + pad)
+            compact_ticks(axz, "x", log=False)
+        (axz or ax).legend(loc="upper right", fontsize=8)
         what = "Validation loss" if split == "val" else "Training loss (too few validation points)"
-        fig.suptitle(f"{what} during training: sweep {sweep}, {shape.text()}", fontsize=11)
-        fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.13)
+        fig.suptitle(
+            f"{what} during training: sweep {sweep}, {shape.text()}\nbold: the mean over seeds, band: their range",
+            fontsize=10.5,
+        )
+        fig.subplots_adjust(left=0.07 if zoomed else 0.12, right=0.98, top=0.83, bottom=0.13)
     return fig
 
 
@@ -146,49 +159,95 @@ def _loss_split(m: pd.DataFrame, points: pd.DataFrame, keep: Callable[[str], boo
     return "train" if few and len(counts["train"]) and int(counts["train"].max()) >= 3 else "val"
 
 
-def _draw_loss_curves(
-    ax: Any, axz: Any, m: pd.DataFrame, sel: pd.DataFrame, points: pd.DataFrame, available: set[str]
-) -> tuple[list[float], list[float]]:
-    """One line per run of each curve at the reference shape (``sel``): the whole run on ``ax``, the second
-    half of training on ``axz``; returns the lowest and highest loss of each second half."""
-    many = m.groupby("run_id").size().max() > 40
-    zoom_lo, zoom_hi = [], []
+class _SeedCurve:
+    """One curve at the reference shape: its label, style and each drawn seed's (tokens, loss)."""
+
+    def __init__(self, curve: str, label: str, run_ids: list[str], seeds: list[tuple[np.ndarray, np.ndarray]]):
+        self.curve, self.label, self.run_ids, self.seeds = curve, label, run_ids, seeds
+
+    def mean_band(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(tokens, mean, low, high) over the seeds at the tokens they all logged (None: one seed)."""
+        if len(self.seeds) < 2:
+            return None
+        frames = [pd.Series(y, index=x) for x, y in self.seeds]
+        both = pd.concat(frames, axis=1, join="inner").sort_index()
+        if both.empty:
+            return None
+        x = both.index.to_numpy(float)
+        return x, both.mean(axis=1).to_numpy(float), both.min(axis=1).to_numpy(float), both.max(axis=1).to_numpy(float)
+
+
+def _seed_curves(
+    m: pd.DataFrame, sel: pd.DataFrame, points: pd.DataFrame, runs: pd.DataFrame, available: set[str]
+) -> list[_SeedCurve]:
+    """Each curve's runs at the reference shape, at one learning rate: a point read from an envelope holds every
+    rate's runs, and only the seeds of the swept rate nearest its best rate are one curve's seeds."""
+    rate = dict(zip(runs["run_id"].astype(str), pd.to_numeric(runs["lr"], errors="coerce")))
+    out = []
     for curve in curve_order(sel["curve"]):
         row = sel[sel["curve"] == curve].iloc[0]
-        ids = [i for i in row["run_ids"] if i in available]
-        n = n_blocks_of(points, curve)
-        style = {
-            "color": variant_color(curve),
-            "ls": variant_linestyle(curve),
-            "lw": 1.4,
-            "alpha": 0.9,
-            "marker": None if many else variant_marker(curve),
-            "ms": 3.5,
-        }
-        label = variant_label(curve, n) + (f" ({len(ids)} seeds)" if len(ids) > 1 else "")
-        for k, rid in enumerate(sorted(ids)):
+        ids = sorted(i for i in row["run_ids"] if i in available)
+        rates = {i: rate.get(i, np.nan) for i in ids}
+        known = [r for r in rates.values() if np.isfinite(r) and r > 0]
+        if len(set(known)) > 1 and np.isfinite(row.get("lr", np.nan)):
+            nearest = min(set(known), key=lambda r: abs(np.log(r / row["lr"])))
+            ids = [i for i in ids if rates[i] == nearest]
+            at = f" at lr {nearest:.3g}"
+        else:
+            at = ""
+        seeds = []
+        for rid in ids:
             d = m[m["run_id"].astype(str) == rid].sort_values("step")
-            x = d["tokens"].to_numpy(float)
-            y = d["loss"].to_numpy(float)
-            pos = x > 0
-            ax.plot(x[pos], y[pos], **style, label=label if k == 0 else None)
-            half = x >= 0.5 * x.max()
-            axz.plot(x[half], y[half], **style, label=label if k == 0 else None)
+            seeds.append((d["tokens"].to_numpy(float), d["loss"].to_numpy(float)))
+        label = variant_label(curve, n_blocks_of(points, curve)) + (f" ({len(ids)} seeds{at})" if len(ids) > 1 else at)
+        out.append(_SeedCurve(curve, label, ids, seeds))
+    return out
+
+
+def _draw_loss_curves(ax: Any, axz: Any | None, curves: list[_SeedCurve]) -> tuple[list[float], list[float]]:
+    """Each curve's seed mean (bold, labelled) with the seeds' range as a band and each seed faint, on ``ax`` and
+    (its second half) on ``axz``; returns the lowest and highest loss of each second half."""
+    many = max(len(x) for c in curves for x, _ in c.seeds) > 40
+    end = max(float(x.max()) for c in curves for x, _ in c.seeds)
+    zoom_lo, zoom_hi = [], []
+    for c in curves:
+        color, ls = variant_color(c.curve), variant_linestyle(c.curve)
+        band = c.mean_band()
+        faint = {"color": color, "ls": ls, "lw": 0.7, "alpha": 0.3}
+        for x, y in c.seeds:
+            half = x >= 0.5 * end
             if half.any():
                 zoom_lo.append(float(y[half].min()))
                 zoom_hi.append(float(y[half].max()))
+            if band is not None:
+                ax.plot(x[x > 0], y[x > 0], **faint)
+                if axz is not None:
+                    axz.plot(x[half], y[half], **faint)
+        if band is None:  # one seed: its own line, labelled
+            x, y = c.seeds[0] if c.seeds else (np.array([]), np.array([]))
+            bold = {"color": color, "ls": ls, "lw": 1.6, "marker": None if many else variant_marker(c.curve), "ms": 3.5}
+            ax.plot(x[x > 0], y[x > 0], **bold, label=c.label)
+            if axz is not None:
+                axz.plot(x[x >= 0.5 * end], y[x >= 0.5 * end], **bold, label=c.label)
+            continue
+        x, mean, low, high = band
+        bold = {"color": color, "ls": ls, "lw": 1.8, "marker": None if many else variant_marker(c.curve), "ms": 3.5}
+        for target, keep in ((ax, x > 0), (axz, x >= 0.5 * end)):
+            if target is None:
+                continue
+            target.fill_between(x[keep], low[keep], high[keep], color=color, alpha=0.15, lw=0)
+            target.plot(x[keep], mean[keep], **bold, label=c.label)
     return zoom_lo, zoom_hi
 
 
-def _draw_training_loss(ax: Any, train: pd.DataFrame, sel: pd.DataFrame, available: set[str]) -> bool:
-    """The training loss of each run drawn in validation loss (``available``) at the reference shape, as thin
-    lines on the whole-run panel from the first logged step; returns whether any was drawn."""
+def _draw_training_loss(ax: Any, train: pd.DataFrame, curves: list[_SeedCurve]) -> bool:
+    """The training loss of each drawn run, as thin lines on the whole-run panel from the first logged step;
+    returns whether any was drawn."""
     if train.empty:
         return False
     drawn = False
-    for curve in curve_order(sel["curve"]):
-        row = sel[sel["curve"] == curve].iloc[0]
-        for rid in sorted(i for i in row["run_ids"] if i in available):
+    for c in curves:
+        for rid in c.run_ids:
             d = train[train["run_id"].astype(str) == rid].sort_values("step")
             x = d["tokens"].to_numpy(float)
             # per-batch losses are noisy: a short running mean, that keeps the first logged step
@@ -199,8 +258,8 @@ def _draw_training_loss(ax: Any, train: pd.DataFrame, sel: pd.DataFrame, availab
                 ax.plot(
                     x[pos],
                     y[pos],
-                    color=variant_color(curve),
-                    ls=variant_linestyle(curve),
+                    color=variant_color(c.curve),
+                    ls=variant_linestyle(c.curve),
                     lw=0.8,
                     alpha=0.45,
                     zorder=1,

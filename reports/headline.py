@@ -200,8 +200,8 @@ def one_shape_text(sweeps: Sequence[str]) -> str:
 
 def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[Block]:
     """The Headline section: the runs left unread first, then each M with what bears on it (the other analysis
-    choices, the paired M, M without stalled runs, M at the frontier, the tuning protocols compared, the regime
-    behind each M next to the paper's) and which intervals are unreliable."""
+    choices, the paired M, M without stalled runs, the other tuning protocol) and which intervals are unreliable.
+    M at the frontier, the protocols compared and the regime follow the sweeps (:func:`behind_headline_section`)."""
     blocks: list[Block] = [Heading("Headline", 2)]
     if not ctx.fit.complete:
         blocks += [
@@ -213,20 +213,7 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
             Bullets(tuple(f"`{p.path}`: {p.reason}" for p in ctx.fit.unreadable)),
         ]
     if not headline:
-        if not len(ctx.results.runs):
-            text = "No runs were found under the results directory, so there is nothing to fit."
-        elif one_shape := one_shape_sweeps(ctx.fit):
-            text = (
-                f"No multiplier: {one_shape_text(one_shape)} one model shape and one budget, so no scaling law; "
-                "the result is each curve's gap to the baseline, in the section's table \"Gaps to the baseline at "
-                'one shape".'
-            )
-        else:
-            text = (
-                "No multiplier could be computed: it needs a fitted baseline curve and a fitted variant curve "
-                "(at least two budgets each) in the same sweep; see the notes of each sweep."
-            )
-        return blocks + [Paragraph(text)]
+        return blocks + [Paragraph(_no_headline_text(ctx))]
     unit = unit_name(ctx.settings.compute_unit)
     rows = [
         {
@@ -292,11 +279,6 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
                 "on (each sweep's section names them)."
             )
         )
-    blocks += frontier_blocks(ctx)
-    compared = comparison_blocks(ctx.fit, ctx.results.runs, f"{ctx.pct}% CI")
-    if compared:
-        blocks += [Heading("Tuning protocols compared", 3), *compared]
-    blocks += regime_blocks(ctx, headline)
     unreliable = [h for h in headline if h.unreliable]
     if unreliable:
         blocks.append(
@@ -307,6 +289,48 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
         )
         blocks.append(Bullets(tuple(f"{h.label} ({h.sweep}): {h.unreliable}" for h in unreliable)))
     return blocks
+
+
+def verdict_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[Block]:
+    """The report's first words: what each variant's headline M says, in the sentence ``attnres demo`` prints
+    (:attr:`Headline.verdict`), or why there is no multiplier."""
+    blocks: list[Block] = [Heading("Verdict", 2)]
+    if not headline:
+        return blocks + [Paragraph(_no_headline_text(ctx))]
+    blocks.append(
+        Paragraph(
+            "Each variant's effective compute multiplier M over the baseline at its largest budget "
+            f"({intervals_text(ctx.settings)}), in plain words; the tables and figures below say what bears on it."
+        )
+    )
+    items = [f"**{h.label}** (`{h.sweep}`): M = {h.multiplier.text(3)}: {h.verdict}" for h in headline]
+    return blocks + [Bullets(tuple(items))]
+
+
+def _no_headline_text(ctx: ReportContext) -> str:
+    if not len(ctx.results.runs):
+        return "No runs were found under the results directory, so there is nothing to fit."
+    if one_shape := one_shape_sweeps(ctx.fit):
+        return (
+            f"No multiplier: {one_shape_text(one_shape)} one model shape and one budget, so no scaling law; "
+            "the result is each curve's gap to the baseline, in the section's table \"Gaps to the baseline at "
+            'one shape".'
+        )
+    return (
+        "No multiplier could be computed: it needs a fitted baseline curve and a fitted variant curve "
+        "(at least two budgets each) in the same sweep; see the notes of each sweep."
+    )
+
+
+def behind_headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[Block]:
+    """After the sweeps: M at the compute-optimal frontier, the tuning protocols compared, and the regime behind
+    each M next to the paper's (empty when none applies)."""
+    blocks = frontier_blocks(ctx)
+    compared = comparison_blocks(ctx.fit, ctx.results.runs, f"{ctx.pct}% CI")
+    if compared:
+        blocks += [Heading("Tuning protocols compared", 3), *compared]
+    blocks += regime_blocks(ctx, headline)
+    return [Heading("Behind the headline", 2), *blocks] if blocks else []
 
 
 def frontier_blocks(ctx: ReportContext) -> list[Block]:

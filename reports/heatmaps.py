@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from reports.data import MissingData, last_step, n_blocks_of, reference_points, sweep_points, table_rows
-from reports.style import rc_context, variant_label
+from reports.style import rc_context, variant_label, wrap_to_width
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -91,7 +91,15 @@ def plot_depth_attention(
     with rc_context():
         cmap = mpl.colormaps["viridis"].with_extremes(bad="0.93")
         width = min(15.0, max(9.5, 3.2 + 2 * 0.42 * n_cols))
-        height = min(14.0, 1.9 + max(2.6, 0.36 * n_rows))
+        at = f"step {steps[0]}" if len(steps) == 1 else "last step of each run"
+        seeds = f", mean of {len(run_ids)} seeds" if len(run_ids) > 1 else ""
+        note = "; outlined: the query's own partial block" if is_block else ""
+        name = variant_label(variant, n_blocks)
+        # wrapped to the figure's width (a long sweep name and shape ran past both edges), with room for its lines
+        heading = f"Depth attention, {name}\nsweep {sweep}, {where}, {at}{seeds}{note}"
+        heading = wrap_to_width(heading, width - 0.3, 10.5)
+        title_in = 0.45 + 0.2 * heading.count("\n")
+        height = min(14.0, 1.45 + title_in + max(2.6, 0.36 * n_rows))
         fig = plt.figure(figsize=(width, height))
         grid = fig.add_gridspec(
             1,
@@ -100,7 +108,7 @@ def plot_depth_attention(
             wspace=0.12,
             left=0.07,
             right=0.92,
-            top=1 - 0.95 / height,
+            top=1 - (title_in + 0.3) / height,
             bottom=0.6 / height,
         )
         axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
@@ -114,11 +122,7 @@ def plot_depth_attention(
         if image is not None:
             bar = fig.colorbar(image, cax=cax, extend="max" if clipped else "neither")
             bar.set_label(WEIGHT_LABEL)
-        at = f"step {steps[0]}" if len(steps) == 1 else "last step of each run"
-        seeds = f", mean of {len(run_ids)} seeds" if len(run_ids) > 1 else ""
-        note = "; outlined: the query's own partial block" if is_block else ""
-        name = variant_label(variant, n_blocks)
-        fig.suptitle(f"Depth attention, {name}\nsweep {sweep}, {where}, {at}{seeds}{note}", fontsize=10.5)
+        fig.suptitle(heading, fontsize=10.5)
     return fig
 
 

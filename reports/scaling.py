@@ -18,7 +18,7 @@ from analysis import PFLOP_S_DAY, PowerLaw
 from analysis.laws import law_params
 from analysis.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
-from reports.data import MissingData, sweep_fit
+from reports.data import MissingData, n_blocks_of, sweep_fit
 from reports.paper import PAPER_BLOCK_N, PAPER_FITS, PAPER_HEADLINE_C, PAPER_M, PAPER_RANGE
 from reports.style import (
     FIGSIZE,
@@ -79,16 +79,13 @@ def no_multiplier_reason(report: FitReport, sw: SweepFit) -> str:
     return "only the baseline was fitted; a multiplier needs a fitted variant curve (2+ budgets) in the same sweep"
 
 
-def _n_blocks(runs: pd.DataFrame | None, sweep: str, curve: str) -> int | None:
+def _n_blocks(sw: SweepFit, curve: str) -> int | None:
+    """N of a Block curve, from the curve's name or the sweep's own points (not its runs looked up by the sweep's
+    name: a slice such as ``cpu_envelope@8tpp`` names no runs, and its Block curves lost their N)."""
     v = Variant.of_curve(curve)
-    variant, n = v.name, v.n_blocks
-    if n is not None or variant != "block" or runs is None or runs.empty:
-        return n
-    g = runs[
-        (runs["sweep"].astype(str) == sweep) & (runs["variant"].astype(str) == variant) & (runs["status"] == "done")
-    ]
-    values = pd.to_numeric(g["n_blocks"], errors="coerce").dropna()
-    return None if values.empty else int(values.mode().iloc[0])
+    if v.n_blocks is not None or v.name != "block":
+        return v.n_blocks
+    return n_blocks_of(sw.points, curve)
 
 
 def _runs_behind(runs: pd.DataFrame, sw: SweepFit, c: Any, unit: float) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +148,7 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
         )
         panels = _ScalingPanels(ax, axr, base, grid)
         for c in sorted(sw.curves, key=lambda c: (*c.curve_variant.order, c.curve)):
-            panels.curve(c, _n_blocks(runs, sw.sweep, c.curve))
+            panels.curve(c, _n_blocks(sw, c.curve))
             if show_runs:
                 panels.runs(c.curve, *_runs_behind(runs, sw, c, unit))
         if show_runs:
@@ -237,8 +234,7 @@ def _multiplier_box(ax: Any, sw: SweepFit, runs: pd.DataFrame | None, level: int
     ``level``: the intervals' level in percent, 0 without a bootstrap."""
     # an interval the analysis marks unreliable is never shown without the mark (the report says why)
     lines = [
-        multiplier_text(m.variant, m.multiplier, _n_blocks(runs, sw.sweep, m.variant))
-        + ("" if m.reliable else " (unreliable)")
+        multiplier_text(m.variant, m.multiplier, _n_blocks(sw, m.variant)) + ("" if m.reliable else " (unreliable)")
         for m in sw.multipliers
     ]
     if not lines:
@@ -299,7 +295,7 @@ def plot_multiplier(
             ax.axhline(1.0, color="0.35", lw=1.0, ls="--", label="M = 1 (no gain)", zorder=2)
             refs.append((ax, paper_multiplier(m.variant) if paper_reference else None))
             ax.set_xscale("log")
-            nb = _n_blocks(runs, sw.sweep, m.variant)
+            nb = _n_blocks(sw, m.variant)
             ax.set_title(f"{variant_label(m.variant, nb)} ({m.exponent} exponent)", fontsize=10)
             ax.set_xlabel(compute_label(settings.compute_unit))
         for ax in axes.flat[n:]:
@@ -420,9 +416,11 @@ def _paper_references(axes: Any, refs: list[tuple[Any, float | None]], highs: li
     near = [ref for _, ref in refs if ref is not None and bottom - span <= ref <= top + span]
     top, bottom = max([top, *near]), min([bottom, *near])
     span = max(top - bottom, 0.05)
-    axes[0, 0].set_ylim(bottom - 0.08 * span, top + 0.08 * span)  # the legends are below the panels
+    low, high = bottom - 0.08 * span, top + 0.08 * span
+    axes[0, 0].set_ylim(low, high)  # the legends are below the panels
     for ax, ref in refs:
-        if ref is not None and ref in near:
+        # on the scale is within the final limits: another panel's reference can widen them past one thought far
+        if ref is not None and low <= ref <= high:
             ax.axhline(
                 ref,
                 color="0.45",

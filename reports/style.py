@@ -133,6 +133,15 @@ def variant_label(curve: str, n_blocks: int | None = None) -> str:
     return Variant.of_curve(curve, n_blocks).title
 
 
+def wrap_to_width(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` with each line broken at spaces so that it fits ``width_in`` inches at ``fontsize`` points (0.6 em a
+    character: wider than the sans-serif font's average, so a wrapped line never reaches the figure's edge)."""
+    import textwrap
+
+    chars = max(20, int(width_in * 72 / (0.6 * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
+
+
 def rc_context() -> Any:
     """The figures' matplotlib settings as a context manager (so importing reports changes nothing global)."""
     import matplotlib as mpl

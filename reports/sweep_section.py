@@ -24,19 +24,20 @@ def sweep_section(ctx: ReportContext, sweep: str) -> Section:
         figures = Section.join(shape_figures(ctx, sw))
         return Section.join(
             [
-                Section([Heading(f"Sweep `{sweep}`", 2), _sweep_summary(ctx, sw), *fit_blocks(ctx, sw)]),
-                Section([Heading("Figures", 3)]),
+                Section([Heading(f"Sweep `{sweep}`", 2), _sweep_summary(ctx, sw), Heading("Figures", 3)]),
                 figures,
+                Section(list(fit_blocks(ctx, sw))),
             ]
         )
     figures = Section.join(sweep_figures(ctx, sw))
     if not figures.figures:
         figures.blocks.append(Paragraph("No figure could be drawn for this sweep; see Skipped."))
+    # the figures first: a reader looks before reading the fits' tables
     return Section.join(
         [
-            Section([Heading(f"Sweep `{sweep}`", 2), _sweep_summary(ctx, sw), *fit_blocks(ctx, sw)]),
-            Section([Heading("Figures", 3)]),
+            Section([Heading(f"Sweep `{sweep}`", 2), _sweep_summary(ctx, sw), Heading("Figures", 3)]),
             figures,
+            Section(list(fit_blocks(ctx, sw))),
             *sweep_tables(ctx, sw),
         ]
     )

@@ -6,6 +6,7 @@ Heavy imports (torch, lightning, optuna, submitit) happen inside the commands, s
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _launcher_argument(parser: argparse.ArgumentParser, help: str) -> None:
@@ -33,6 +34,31 @@ def _grid_arguments(parser: argparse.ArgumentParser, optional: bool = False) -> 
     parser.add_argument(
         "--results", default="results", help="results root; runs go to RESULTS/<sweep>/<run_id> (default: ./results)"
     )
+
+
+def _json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON lines instead of the table: one object per run, the fields of docs/sweeps.md "
+        '("Machine-readable plans and statuses")',
+    )
+
+
+def _print_json(grid_name: str | None, rows: list) -> None:
+    """One JSON object per run (``dataclasses.asdict`` of a plan row or a run state, with its sweep), one a line."""
+    import dataclasses
+    import json
+    import math
+    from pathlib import Path
+
+    for row in rows:
+        record = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in dataclasses.asdict(row).items()
+        }
+        # a status knows its folder (a trunk's is in <sweep>-trunk); a plan row's variant says "trunk"
+        sweep = Path(record["run_dir"]).parent.name if record.get("run_dir") else grid_name
+        print(json.dumps({"sweep": sweep, **record}, allow_nan=False, default=str))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also pack the unfinished runs onto this many devices (a GPU grid: each run holds its slurm nodes x "
         "gpus_per_node) and print the elapsed time, and the runs that strand devices",
     )
+    _json_argument(plan)
     plan.set_defaults(func=cmd_plan)
 
     run = commands.add_parser("run", help="train every unfinished run of the grid (locally or as SLURM job arrays)")
@@ -93,6 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "status", help="done / running / queued / interrupted / failed / diverged / unreadable for every run"
     )
     _grid_arguments(status, optional=True)
+    _json_argument(status)
     status.set_defaults(func=cmd_status)
 
     throughput = commands.add_parser(
@@ -215,6 +243,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.gpus and launcher == "local" and (grid.slurm or {}).get("gpus_per_node"):
         launcher = "slurm"  # a GPU grid's runs hold the devices of their SLURM resources
     rows = plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s, flops_file=args.flops_file)
+    if args.json:
+        _print_json(grid.name, rows)
+        return 0
     tuning = tuning_plan(grid, args.results, launcher=launcher, flops_per_s=args.flops_per_s)
     print(
         f"sweep {grid.name} ({grid.path or 'grid'}): {len(rows)} runs ({len(grid.sizes)} size(s) x budgets x "
@@ -282,27 +313,52 @@ def _print_problems(summary) -> None:
             print(f"  {r.status}: {r.run_id} ({r.run_dir})")
 
 
+def check_results_folder(folder: str | Path, what: str = "the results folder") -> None:
+    """A results folder (or a sweep's folder in it) that is a file: `sweep status` read it as a folder with no runs in
+    it and showed every run queued."""
+    from attnres.config import ConfigError, path_kind
+
+    kind = path_kind(folder)
+    if kind not in ("missing", "a folder"):
+        raise ConfigError(
+            f"{folder} is {kind}, not a folder: {what} holds run folders; move it away, or give another --results"
+        )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from sweeps.expansion import expand_runs
     from sweeps.grid import load_grid
-    from sweeps.status import folder_states, format_status, results_summary, sweep_status
+    from sweeps.status import folder_states, format_status, results_summary, sweep_folders, sweep_status
     from sweeps.tuned_values import TunedValuesMissing
 
+    check_results_folder(args.results)
     if args.grid is None:
+        if args.json:
+            for sweep in sweep_folders(args.results):
+                _print_json(sweep, folder_states(args.results, sweep))
+            return 0
         lines = results_summary(args.results)
         print("\n".join(lines) if lines else f"no runs under {args.results}/ yet; name a grid to see its plan")
         return 0
     grid = load_grid(args.grid, args.overrides, args.results)
+    check_results_folder(Path(args.results) / grid.name, "the sweep's folder (RESULTS/<sweep>)")
     try:
         planned = expand_runs(grid, args.results)
     except TunedValuesMissing as err:  # the grid's runs are not known before tuning: show what exists
+        if args.json:
+            _print_json(grid.name, folder_states(args.results, grid.name))
+            return 0
         print(format_status(folder_states(args.results, grid.name), grid.name))
         tuning = folder_states(args.results, grid.tune_sweep)
         if tuning:
             print(format_status(tuning, grid.tune_sweep).splitlines()[-1])
         print(f"note: {err}")
         return 0
-    print(format_status(sweep_status(planned, args.results), grid.name))
+    states = sweep_status(planned, args.results)
+    if args.json:
+        _print_json(grid.name, states)
+        return 0
+    print(format_status(states, grid.name))
     return 0
 
 
@@ -314,6 +370,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, args.overrides)
     if args.launcher == "slurm":
         return _tune_on_slurm(grid, args)
+    from sweeps.launchers import check_slurm_tasks
+
+    check_slurm_tasks(list(grid.runs))  # every trial would fail on them
     best = tune(
         grid,
         args.results,

@@ -139,6 +139,12 @@ def expand(grid: Grid | str | Path, results: str | Path | None = None) -> list[R
 def _parse(data: dict[str, Any], path: Path | None, overrides: tuple[str, ...]) -> Grid:
     sections = tuple(f.name for f in dataclasses.fields(GridFile) if f.name != "name")
     head = read_section(GridFile, data, "", own=sections)
+    if head.name is not None and not str(head.name).strip():
+        # an empty name fell back to the file's name without a word: say it, as a name that cannot be a folder is
+        raise ConfigError(
+            f"name: {head.name!r} is empty; give the sweep a name (its results folder), or leave name: out for the "
+            f"file's name{f' ({path.stem})' if path else ''}"
+        )
     name = str(head.name or (path.stem if path else "sweep"))
     # `attnres tune` trains into <sweep>-tune and WSD trunks into <sweep>-trunk, and `attnres fit` skips those
     # sweeps: a grid of that name would train and then be dropped from the fit without a word

@@ -36,6 +36,15 @@ def check_data(planned: list[PlannedRun]) -> None:
             )
 
 
+def check_slurm_tasks(planned: list[PlannedRun]) -> None:
+    """SLURM task variables that every run would fail on (:func:`attnres.runtime.check_slurm`) fail the sweep before
+    it starts, not every run one by one."""
+    from attnres.runtime import check_slurm
+
+    for runtime in dict.fromkeys(r.cfg.runtime for r in planned):
+        check_slurm(runtime)
+
+
 def check_memory(planned: list[PlannedRun], launcher: str) -> None:
     """Runs whose estimated peak will not fit fail the sweep before it starts, each named with the setting that would
     fit (as `attnres sweep plan` shows them): against runtime.device_memory_gb where it is set, else, for runs on
@@ -86,6 +95,7 @@ def run_grid(
     """
     grid = _grid(grid_or_path, overrides, results_dir)
     planned = expand_runs(grid, results_dir)
+    check_slurm_tasks(planned)
     check_data(planned)
     check_memory(planned, "local")
     reuse_runs(grid, planned, results_dir, log)

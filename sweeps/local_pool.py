@@ -35,7 +35,7 @@ from pathlib import Path
 
 from attnres.config import ConfigError, RunConfig, RuntimeConfig, from_dict, to_dict
 from attnres.costs import run_budget
-from attnres.runtime import CpuShare, cpu_cores, one_line_warnings
+from attnres.runtime import CpuShare, cpu_cores, one_line_warnings, terminal_ok
 from attnres.storage.writable import folder_problem
 from sweeps.claim import FINAL, RunOutcome, is_locked, read_status, train_claimed
 
@@ -478,8 +478,9 @@ def _stop(pool: list[_Worker]) -> None:
 
 def _progress(total: int, initial: int, sweep: str, enabled: bool):
     """The sweep's bar, on a terminal only: redirected to a file, a bar is thousands of carriage-return updates (4,106
-    in one demo's log), so a log gets one plain line per finished run instead."""
-    if not enabled or not sys.stderr.isatty():
+    in one demo's log), so a log gets one plain line per finished run instead; so does a terminal that reports 0
+    columns, on which tqdm draws nothing (:func:`attnres.runtime.terminal_ok`)."""
+    if not enabled or not terminal_ok(sys.stderr):
         return None
     from tqdm import tqdm
 

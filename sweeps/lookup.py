@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnres.config import ConfigError
+from attnres.config import ConfigError, path_kind
 
 GRID_DIR = Path(__file__).resolve().parent
 STUDIES_DIR = GRID_DIR.parent / "studies"  # a committed study keeps its grids beside its results: studies/<study>/
@@ -35,4 +35,11 @@ def resolve_grid_path(path_or_name: str | Path) -> Path:
     found = grid_files().get(path.stem if path.suffix == ".yaml" else path.name)
     if len(path.parts) == 1 and found is not None:
         return found
+    kind = path_kind(path)
+    if kind == "a folder":
+        inside = sorted(p.name for p in path.glob("*.yaml"))
+        listed = f" (it holds {', '.join(inside[:5])}{' ...' if len(inside) > 5 else ''})" if inside else ""
+        raise ConfigError(f"grid file {str(path_or_name)!r} is a folder, not a grid file; give a YAML file{listed}")
+    if kind != "missing":
+        raise ConfigError(f"grid file {str(path_or_name)!r} is {kind}, not a grid file; give a YAML file")
     raise ConfigError(f"grid file {str(path_or_name)!r} does not exist; shipped grids: {', '.join(shipped_grids())}")

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.config import DataConfig
-from attnres.costs import run_budget
+from attnres.costs import run_budget, states_problem
 from attnres.data.order import repeat_fraction
+from attnres.runtime import available_memory_gib
 from attnres.training.branches import branch_step
 from sweeps.claim import read_status
 from sweeps.expansion import expand_runs, make_run, variant_labels
@@ -50,6 +51,7 @@ OVERHEAD_S = {"cpu": 0.3, "gpu": 60.0}
 SWEEP_OVERHEAD_S = 4.0
 # Per optimizer step beyond its FLOPs with the default CPU throughput (Python, the optimizer, logging): see above.
 STEP_OVERHEAD_S = {"cpu": 0.0115, "gpu": 0.0}
+MEMORY_LINES = 5  # runs named one by one in the plan's memory warning
 TO_BE_TUNED = "tuned"  # the lr column of a run whose learning rate `attnres tune` has not chosen yet
 
 
@@ -243,6 +245,9 @@ def plan_rows(
         print(
             f"estimating the memory of {len(shapes)} model shapes (a simulated training step each) ...", file=sys.stderr
         )
+    # this machine's memory, for the runs it would train without runtime.device_memory_gb (the lower bound only:
+    # weights, gradients and optimizer state; no torch), as `attnres sweep run` and `attnres train` check it
+    here = available_memory_gib() if launcher == "local" else None
     for run in runs:
         cfg = run.cfg
         budget = run_budget(cfg)
@@ -276,6 +281,8 @@ def plan_rows(
 
             fit = check_fit(cfg, kind == "gpu", max(1, devices), cfg.runtime.device_memory_gb)
             memory_gib, memory_problem = fit.estimate.peak_gib, problem_text(cfg, fit)
+        elif here is not None and kind == "cpu":
+            memory_problem = states_problem(cfg, here)
         status = None
         if results is not None and not run.to_be_tuned:
             row = read_status(Path(results) / cfg.sweep / cfg.run_id)
@@ -421,6 +428,14 @@ def format_plan(
         lines.append(summary.line())
     if memory:
         lines.extend(memory_lines(rows))
+    elif unfit := [r for r in rows if r.memory_problem]:  # this machine's memory, without runtime.device_memory_gb
+        lines.append(
+            f"warning: {len(unfit)} run(s) will not fit in this machine's memory, and `attnres sweep run` and "
+            "`attnres train` refuse them:"
+        )
+        lines += [f"  {r.memory_problem}" for r in unfit[:MEMORY_LINES]]
+        if len(unfit) > MEMORY_LINES:
+            lines.append(f"  and {len(unfit) - MEMORY_LINES} more")
     over = [r for r in rows if r.epochs is not None and r.epochs > 1]
     if over:
         lines.append(

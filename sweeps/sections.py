@@ -240,6 +240,11 @@ def _listed(value: Any, kind: type, where: str, bound: Mapping[str, Any] | None 
         if kind is str:
             out.append(str(given))
             continue
+        if _quoted_number(given):
+            raise ConfigError(
+                f"{where} must be {'integers' if kind is int else 'numbers'}, not the text {given!r}: write it "
+                f"without quotes ({where.rsplit('.', 1)[-1]}: {given.strip()}, or a list: [{given.strip()}, ...])"
+            )
         number = as_number(given)
         if number is None or (kind is int and math.isfinite(number) and not number.is_integer()):
             raise ConfigError(f"{where} must be {'an integer' if kind is int else 'a number'}, got {given!r}")
@@ -248,6 +253,20 @@ def _listed(value: Any, kind: type, where: str, bound: Mapping[str, Any] | None 
         out.append(kind(number))
         _check_bound(out[-1], bound or {}, where, given)
     return tuple(out)
+
+
+def _quoted_number(given: Any) -> bool:
+    """A text that YAML, unquoted, would have read as a number (``depths: "2"``): quoted, so meant as text, or a
+    list written as one string. (An unquoted ``2e6`` is text to YAML too, and is taken as the number it spells.)"""
+    import yaml
+
+    if not isinstance(given, str):
+        return False
+    try:
+        read = yaml.safe_load(given)
+    except yaml.YAMLError:
+        return False
+    return isinstance(read, (int, float)) and not isinstance(read, bool)
 
 
 def _check_bound(value: float, bound: Mapping[str, Any], where: str, given: Any) -> None:

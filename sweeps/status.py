@@ -137,11 +137,14 @@ def folder_states(results: str | Path, sweep: str) -> list[RunState]:
     return states
 
 
+def sweep_folders(results: str | Path) -> list[str]:
+    """The sweeps under ``results``: its folders that hold run folders."""
+    return sorted(p.name for p in Path(results).glob("*") if p.is_dir() and any(p.glob(f"*/{RUN_FILE}")))
+
+
 def results_summary(results: str | Path) -> list[str]:
     """One line per sweep folder under ``results``: its runs by state."""
-    root = Path(results)
-    sweeps = sorted(p.name for p in root.glob("*") if p.is_dir() and any(p.glob(f"*/{RUN_FILE}")))
-    return [summary_line(folder_states(root, name), name) for name in sweeps]
+    return [summary_line(folder_states(results, name), name) for name in sweep_folders(results)]
 
 
 def summary_line(states: list[RunState], sweep: str) -> str:

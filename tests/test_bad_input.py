@@ -200,6 +200,19 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
         assert str(tmp_path / "small" / "tokens") in err[0], err
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_disk_that_fills_mid_shard_names_the_shard_and_leaves_no_temporary_files(tmp_path, capsys, workers):
+    """A shard's write on a full disk named no file, and left its .tmp shards (as much as the disk took) behind."""
+    with mounted_tmpfs(tmp_path / "small", "size=1m"):
+        out = tmp_path / "small" / "tokens"
+        argv = ["data", "prepare", str(BUILTIN / "kjv.txt.gz"), "--out", str(out), "--workers", workers]
+        code = main([*argv, "--unit-mib", "2", "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1, err
+        assert f"cannot write or read {out}/train-00000.bin: No space left on device; free some space" in err[0], err
+        assert not [p.name for p in out.rglob("*.tmp")], sorted(p.name for p in out.rglob("*"))
+
+
 def test_a_run_parquet_column_of_another_type_is_a_problem_not_a_traceback(tmp_path, capsys):
     """flops saved as text: the run is listed as unreadable by fit and report, never summed as a string."""
     import pyarrow as pa
@@ -285,3 +298,222 @@ def test_a_tokenizer_written_out_for_a_sweep_must_match_the_prepared_folder(tmp_
     for command in (["sweep", "plan"], ["sweep", "run"]):
         line = refused([*command, "smoke", "data.corpus=bpe", "data.tokenizer=bytes"], tmp_path, capsys)
         assert "data.tokenizer='bytes', but" in line and "was prepared with 'bpe:300'" in line, line
+
+
+# ------------------------------------------------------------------------------------------------- issue 54's last ones
+def without_slurm(monkeypatch) -> None:
+    for name in [n for n in os.environ if n.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+
+
+def test_slurm_variables_outside_a_job_are_one_line_and_leave_no_run_folder(tmp_path, capsys, monkeypatch):
+    """SLURM_NTASKS=2 SLURM_JOB_ID=999 outside a job: Lightning's 33-line traceback after 34.6 s, and a run folder."""
+    without_slurm(monkeypatch)
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_JOB_ID", "999")
+    for argv in (["train", *TINY, "train.tokens=4000"], ["sweep", "run", "smoke"], ["demo", "--grid", "smoke"]):
+        line = refused(argv, tmp_path, capsys)
+        assert "SLURM_NTASKS=2 says this is one of 2 SLURM tasks, but SLURM_NTASKS_PER_NODE is not set" in line, line
+        assert "unset the SLURM variables" in line and "runtime.devices x runtime.num_nodes = 1 x 1" in line, line
+    monkeypatch.setenv("SLURM_JOB_NAME", "interactive")  # Lightning leaves SLURM alone: so does the check
+    from attnres.config import RuntimeConfig
+    from attnres.runtime import check_slurm
+
+    check_slurm(RuntimeConfig())
+
+
+def test_slurm_tasks_that_do_not_match_the_run_are_named():
+    from attnres.config import ConfigError, RuntimeConfig
+    from attnres.runtime import check_slurm
+
+    job = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    two_nodes = {**job, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "2"}
+    check_slurm(RuntimeConfig(devices=1, num_nodes=2), two_nodes)  # the two-node test's job: as it should be
+    check_slurm(RuntimeConfig(), {**job, "SLURM_NTASKS": "1"})  # a tuner's one task
+    check_slurm(RuntimeConfig(), {**job, "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "4"})  # a batch script's
+    check_slurm(RuntimeConfig(devices=2), {})  # no SLURM: DDP over local processes
+    with pytest.raises(ConfigError, match=r"do not match the run \(SLURM_NTASKS=2; SLURM_NTASKS_PER_NODE=2\)"):
+        check_slurm(RuntimeConfig(devices=4), {**job, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"})
+    with pytest.raises(ConfigError, match=r"SLURM_NNODES=1\): the run trains on .* = 1 x 2 = 2 devices"):
+        check_slurm(RuntimeConfig(num_nodes=2), {**two_nodes, "SLURM_NNODES": "1"})
+    with pytest.raises(ConfigError, match="no SLURM_PROCID/SLURM_LOCALID/SLURM_NODEID"):
+        check_slurm(RuntimeConfig(devices=2), {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"})
+    with pytest.raises(ConfigError, match="this is SLURM task 1 of 2 .* every task would train the same run"):
+        check_slurm(RuntimeConfig(), {**job, "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"})
+
+
+@pytest.mark.parametrize("value", ["banana", "off", "true", ""])
+def test_attnres_native_takes_its_documented_values_only(tmp_path, capsys, monkeypatch, value):
+    monkeypatch.setenv("ATTNRES_NATIVE", value)
+    line = refused(["train", *TINY, "train.tokens=4000"], tmp_path, capsys)
+    assert f"ATTNRES_NATIVE={value!r} is not one of 0, 1" in line and "unset ATTNRES_NATIVE" in line, line
+    from attnres.runtime import check_environment
+
+    for good in ("0", "1"):
+        check_environment({"ATTNRES_NATIVE": good})
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", *TINY, "--results", ""],
+        ["train", *TINY, "--out", " "],
+        ["sweep", "run", "smoke", "--results", ""],
+        ["sweep", "status", "smoke", "--results", ""],
+        ["demo", "--grid", "smoke", "--results", ""],
+        ["data", "prepare", "builtin", "--out", ""],
+    ],
+)
+def test_an_empty_results_or_out_path_is_refused(tmp_path, capsys, argv):
+    """`--results ''` was read as no --results (train: ./results) or as the current folder."""
+    line = refused(argv, tmp_path, capsys)
+    option = "--results" if "--results" in argv else "--out"
+    assert f"{option} '{argv[argv.index(option) + 1]}' is an empty path; give one, or leave {option} out" in line, line
+
+
+def smoke_grid(tmp_path: Path, edit) -> Path:  # noqa: ANN001
+    import yaml
+
+    grid = yaml.safe_load((ROOT / "sweeps" / "smoke.yaml").read_text())
+    edit(grid)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
+def test_an_empty_grid_name_is_refused(tmp_path, capsys):
+    """name: "" fell back to the file's name without a word."""
+    grid = smoke_grid(tmp_path, lambda g: g.update(name=""))
+    for command in (["sweep", "plan"], ["sweep", "run"], ["sweep", "status"]):
+        line = refused([*command, str(grid)], tmp_path, capsys)
+        assert "name: '' is empty; give the sweep a name" in line and "the file's name (mine)" in line, line
+
+
+def test_numbers_written_as_quoted_text_in_a_grid_are_refused(tmp_path, capsys):
+    """depths: "2" was read as [2]; seeds: "0" as [0]."""
+    text = (ROOT / "sweeps" / "smoke.yaml").read_text()
+    grid = tmp_path / "mine.yaml"
+    grid.write_text(text.replace("depths: [2]", 'depths: "2"'))
+    assert 'depths: "2"' in grid.read_text()
+    line = refused(["sweep", "plan", str(grid)], tmp_path, capsys)
+    assert "ladder.depths must be integers, not the text '2': write it without quotes" in line, line
+    grid.write_text(text.replace("seeds: [0]", "seeds: '0'"))
+    assert "seeds: '0'" in grid.read_text()
+    line = refused(["sweep", "plan", str(grid)], tmp_path, capsys)
+    assert "seeds must be integers, not the text '0'" in line, line
+    # an unquoted 2e6 is text to YAML too, and stays the number it spells
+    grid.write_text(text.replace("tokens_per_param: [1, 2]", "tokens: [2e6]"))
+    assert "tokens: [2e6]" in grid.read_text()
+    assert main(["sweep", "plan", str(grid)]) == 0
+    assert "2M" in capsys.readouterr().out
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_refused_with_the_key_and_lines(tmp_path, capsys):
+    """YAML keeps the last of two equal keys without a word."""
+    text = (ROOT / "sweeps" / "smoke.yaml").read_text()
+    grid = tmp_path / "mine.yaml"
+    grid.write_text(text + "seeds: [5]\n")
+    first = 1 + next(i for i, line in enumerate(text.splitlines()) if line.startswith("seeds:"))
+    for command in (["sweep", "plan"], ["sweep", "run"], ["tune"]):
+        line = refused([*command, str(grid)], tmp_path, capsys)
+        assert f"key 'seeds' is given twice in one mapping (lines {first} and {len(text.splitlines()) + 1})" in line
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  n_layer: 2\ntrain: {lr: 1.0e-3, lr: 3.0e-3}\n")
+    line = refused(["train", str(config), *TINY], tmp_path, capsys)
+    assert "key 'lr' is given twice in one mapping (both on line 3)" in line and "remove one of them" in line, line
+    from attnres.config import load_yaml
+
+    merged = tmp_path / "merge.yaml"  # a merge key may repeat what it merges: that is not a duplicate
+    merged.write_text("base: &b {n_layer: 2, d_model: 32}\nmodel:\n  <<: *b\n  n_layer: 3\n")
+    assert load_yaml(merged)["model"] == {"n_layer": 3, "d_model": 32}
+
+
+def test_a_grid_path_that_is_a_folder_or_a_device_is_called_what_it_is(tmp_path, capsys):
+    (tmp_path / "grids").mkdir()
+    (tmp_path / "grids" / "a.yaml").write_text("name: a\n")
+    line = refused(["sweep", "plan", "grids"], tmp_path, capsys)
+    assert "grid file 'grids' is a folder, not a grid file; give a YAML file (it holds a.yaml)" in line, line
+    line = refused(["sweep", "run", "/dev/null"], tmp_path, capsys)
+    assert "grid file '/dev/null' is a character device, not a grid file" in line, line
+    line = refused(["train", "grids", *TINY], tmp_path, capsys)
+    assert "config file 'grids' is a folder, not a file" in line, line
+
+
+def test_a_data_source_that_is_a_device_is_called_one(tmp_path, capsys):
+    """/dev/zero was called 'a folder with no .txt ... files in it'."""
+    line = refused(["data", "prepare", "/dev/zero", "--out", "tokens"], tmp_path, capsys)
+    assert "SOURCE='/dev/zero' is a character device, not a file or a folder" in line, line
+    os.mkfifo(tmp_path / "pipe")
+    line = refused(["train", "data.corpus=pipe", *TINY], tmp_path, capsys)
+    assert "data.corpus='pipe' is a FIFO (named pipe), not a file or a folder" in line, line
+
+
+def test_sweep_status_on_a_results_path_that_is_a_file_is_refused(tmp_path, capsys):
+    """results/smoke as a file was read as an empty sweep folder: every run shown queued."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "smoke").write_text("not a folder\n")
+    line = refused(["sweep", "status", "smoke"], tmp_path, capsys)
+    assert "results/smoke is a file, not a folder" in line and "give another --results" in line, line
+    (tmp_path / "flat").write_text("")
+    for argv in (["sweep", "status", "--results", "flat"], ["sweep", "status", "smoke", "--results", "flat"]):
+        line = refused(argv, tmp_path, capsys)
+        assert "flat is a file, not a folder: the results folder holds run folders" in line, line
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["train.tokens=10"], "train.tokens=10, less than one batch (train.batch_size 16 x model.seq_len 64 = 1,024"),
+        (["train.flops=1e6"], "tokens, less than one batch (train.batch_size 16 x model.seq_len 64 = 1,024 tokens)"),
+        (["train.tokens=1023", "train.eval_tokens=8192"], "in one step and then evaluate 8,192; give a budget of at"),
+    ],
+)
+def test_a_budget_below_one_batch_is_refused_with_the_numbers(tmp_path, capsys, argv, words):
+    """train.tokens=10: one step of 1,024 tokens, then 138 s of evaluation."""
+    line = refused(["train", *TINY, *argv], tmp_path, capsys)
+    assert words in line, line
+    from attnres.config import resolve_run_config
+    from attnres.costs import run_budget
+
+    assert run_budget(resolve_run_config(None, [*TINY[:-1], "train.tokens=1024"])).steps == 1  # one batch: fine
+
+
+def test_a_run_parquet_whose_schema_version_column_disagrees_with_its_metadata_is_refused(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attnres.storage import schema
+    from tests.synthetic_results import write_synthetic_results
+
+    tree = write_synthetic_results(tmp_path / "results", multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
+    victim = sorted(tree.root.rglob("run.parquet"))[0]
+    table = pq.read_table(victim)
+    index = table.schema.get_field_index("schema_version")
+    table = table.set_column(index, table.schema.field(index), pa.array([1] * table.num_rows, pa.int32()))
+    pq.write_table(table, victim)  # metadata still says 2
+    with pytest.raises(schema.SchemaError, match="its schema_version column says 1, its file metadata says 2"):
+        schema.read_table(victim)
+    assert schema.read_run_row(victim.parent) is None
+    code = main(["fit", str(tree.root), "--n-boot", "20"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in err, err
+    assert "schema_version column says 1, its file metadata says 2" in out and "INCOMPLETE" in out, out
+
+
+def test_a_ladder_beyond_this_machines_memory_is_named_by_the_plan(tmp_path, capsys, monkeypatch):
+    """ladder: {depths: [2000]} planned 24.6T parameters and a time in years, with no word on memory."""
+    import sweeps.plan
+
+    monkeypatch.setattr(sweeps.plan, "available_memory_gib", lambda: 16.0)
+    ladder = {"depths": [2000], "width_per_layer": 16, "head_dim": 16}
+    grid = smoke_grid(tmp_path, lambda g: g.update(ladder=ladder, variants=["baseline"], budgets=[{"tokens": 1e9}]))
+    assert main(["sweep", "plan", str(grid)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 1 run(s) will not fit in this machine's memory, and `attnres sweep run`" in out, out
+    assert "baseline-L2000-d32000-s0-" in out and "for its weights, gradients and AdamW state alone" in out, out
+    assert "more than 90% of the 16.0 GiB this machine has available" in out, out
+    line = refused(["sweep", "run", str(grid)], tmp_path, capsys)  # and sweep run refuses it, as the plan says
+    assert "will not fit in memory: baseline-L2000-d32000-s0-" in line, line
+    small = smoke_grid(tmp_path, lambda g: None)
+    assert main(["sweep", "plan", str(small)]) == 0
+    assert "will not fit" not in capsys.readouterr().out

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,17 +19,36 @@ from tests.synthetic_results import write_synthetic_results
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@contextlib.contextmanager
+def terminal(columns: int, rows: int = 24) -> Iterator[TextIO]:
+    """A real terminal (a pseudo-terminal's end) that reports ``columns`` x ``rows``, as a text stream."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, end = pty.openpty()
+    fcntl.ioctl(end, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    stream = os.fdopen(end, "w")
+    try:
+        yield stream
+    finally:
+        stream.close()
+        os.close(main)
+
+
 def test_the_sweep_bar_is_drawn_on_a_terminal_only(monkeypatch):
     """Redirected, a bar is thousands of carriage-return updates in the log (4,106 in one demo's)."""
     import sweeps.local_pool as pool
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert pool._progress(100, 0, "demo", enabled=True) is None
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    bar = pool._progress(100, 0, "demo", enabled=True)
-    assert bar is not None and bar.total == 100
-    bar.close()
-    assert pool._progress(100, 0, "demo", enabled=False) is None
+    with terminal(80) as tty:
+        monkeypatch.setattr(sys, "stderr", tty)
+        bar = pool._progress(100, 0, "demo", enabled=True)
+        assert bar is not None and bar.total == 100
+        bar.close()
+        assert pool._progress(100, 0, "demo", enabled=False) is None
 
 
 def test_a_runs_bar_is_drawn_on_a_terminal_only(monkeypatch):
@@ -32,8 +56,29 @@ def test_a_runs_bar_is_drawn_on_a_terminal_only(monkeypatch):
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert progress_bar(True) is False  # the run then writes a plain line per log_interval
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    assert progress_bar(True) is True and progress_bar(False) is False
+    with terminal(80) as tty:
+        monkeypatch.setattr(sys, "stderr", tty)
+        assert progress_bar(True) is True and progress_bar(False) is False
+
+
+def test_a_terminal_that_reports_0_columns_gets_plain_lines(monkeypatch):
+    """tqdm on a TTY of 0 columns (an unsized pseudo-terminal) draws nothing for the whole run: the width it takes is
+    the columns less one, and every line beyond the rows is hidden. Such a terminal gets a log's plain lines."""
+    import sweeps.local_pool as pool
+    from attnres.data.progress import PrepareProgress
+    from attnres.runtime import terminal_ok
+    from attnres.training.run import progress_bar
+
+    for columns, rows in ((0, 0), (0, 24), (80, 0)):
+        with terminal(columns, rows) as tty:
+            assert tty.isatty() and not terminal_ok(tty)
+            monkeypatch.setattr(sys, "stderr", tty)
+            assert progress_bar(True) is False  # Lightning's bar: off, the run's plain lines instead
+            assert pool._progress(100, 0, "demo", enabled=True) is None  # a sweep: one line per finished run
+            assert PrepareProgress(100, 1, 0).bar is None  # a preparation: one line per finished unit
+    with terminal(80) as tty:
+        assert terminal_ok(tty)
+    assert not terminal_ok(io.StringIO())
 
 
 def test_train_redirected_writes_plain_lines_and_no_bar(tmp_path):
@@ -65,9 +110,8 @@ def test_a_warning_is_one_line_of_text_without_the_source_line(tmp_path):
         timeout=300,
     )
     warned = [line for line in proc.stderr.splitlines() if "dropped 1 finished run(s)" in line]
-    assert warned and all(line.startswith("attnres fit: warning: dropped 1 finished run(s)") for line in warned), (
-        proc.stderr
-    )
+    # once: the fit chooses the sweep's points for each of its analyses, and said it 4 times
+    assert len(warned) == 1 and warned[0].startswith("attnres fit: warning: dropped 1 finished run(s)"), proc.stderr
     assert ".py:" not in proc.stderr and "warnings.warn" not in proc.stderr, proc.stderr
 
 
@@ -88,6 +132,29 @@ def test_warnings_print_as_one_line(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "attnres x: warning: two lines",
         "attnres x: warning: numbers went wrong (RuntimeWarning)",
+    ]
+
+
+def test_a_warning_said_again_is_printed_once(capsys):
+    import warnings
+
+    from attnres.runtime import one_line_warnings
+
+    saved = warnings.showwarning
+    try:
+        one_line_warnings("attnres fit")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            for _ in range(4):
+                warnings.warn("dropped 1 finished run(s) with a missing or invalid val_loss: r", stacklevel=1)
+                warnings.warn("dropped 1 finished run(s) with a missing or invalid val_loss: r", RuntimeWarning, 1)
+            warnings.warn("dropped 2 finished run(s)", stacklevel=1)
+    finally:
+        warnings.showwarning = saved
+    assert capsys.readouterr().err.splitlines() == [
+        "attnres fit: warning: dropped 1 finished run(s) with a missing or invalid val_loss: r",
+        "attnres fit: warning: dropped 1 finished run(s) with a missing or invalid val_loss: r (RuntimeWarning)",
+        "attnres fit: warning: dropped 2 finished run(s)",
     ]
 
 

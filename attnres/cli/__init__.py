@@ -26,6 +26,19 @@ COMMAND_MODULES = [
 
 
 TRAINING_COMMANDS = ("train", "tune", "demo")  # with `sweep run` and `sweep throughput`: they start Lightning
+MODEL_COMMANDS = (*TRAINING_COMMANDS, "generate")  # the environment they read is checked first (check_environment)
+PATH_OPTIONS = ("results", "out")  # folders every command that takes them would otherwise read '' as '.'
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """An empty --results or --out (``--results ''``, a shell variable that was never set) is refused: read as a path
+    it is the current folder, and `attnres train --results ''` put its run under ./results as if nothing was given."""
+    from attnres.config import ConfigError
+
+    for name in PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise ConfigError(f"--{name} {value!r} is an empty path; give one, or leave --{name} out for its default")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Scaling-law suite for Attention Residuals: train baseline / Full / Block AttnRes runs, "
         "sweep them locally or on SLURM, fit scaling laws and the effective compute multiplier, and report.",
     )
+    from attnres import __version__
+
+    parser.add_argument("--version", action="version", version=f"attnres {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -76,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     one_line_warnings(f"attnres {args.command}")
 
     try:
-        if args.command in TRAINING_COMMANDS or getattr(args, "sweep_command", None) in ("run", "throughput"):
+        check_paths(args)
+        if args.command in MODEL_COMMANDS or getattr(args, "sweep_command", None) in ("run", "throughput"):
             from attnres.runtime import check_environment
 
             check_environment()

@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from attnres.data.corpus import check_given_settings, with_data_vocab
 
     cfg = resolve_run_config(config, overrides)
+    from attnres.runtime import check_slurm
+
+    check_slurm(cfg.runtime)  # before the data is looked at (attnres.training.run.train checks it again)
     given = apply_overrides(load_yaml(config) if config else {}, overrides).get("data") or {}
     check_given_settings(cfg.data, list(given))
     cfg = with_data_vocab(cfg)  # the run id counts the data's vocabulary

@@ -349,6 +349,10 @@ def prepare(
                 with contextlib.suppress(OSError):
                     folder.rmdir()
         raise
+    except OSError as err:
+        if err.filename is None and err.errno is not None:  # a full disk names no file: name the folder at least
+            raise OSError(err.errno, err.strerror or str(err), str(out)) from err
+        raise
     return out
 
 

@@ -15,7 +15,9 @@ class PrepareProgress:
         self.start = time.monotonic()
         self.bar = None
         if bar is None:
-            bar = sys.stderr.isatty()
+            from attnres.runtime import terminal_ok
+
+            bar = terminal_ok(sys.stderr)  # a terminal with a size: tqdm draws nothing on one of 0 columns
         if skipped:
             print(f"attnres data: {skipped} unit(s) already prepared, {units} to go", file=sys.stderr, flush=True)
         if bar:

@@ -9,6 +9,7 @@ A shard is written to a temporary file and renamed into place: it is complete or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import tempfile
@@ -35,21 +36,37 @@ class ShardWriter:
         self.tokens = 0
 
     def append(self, tokens: np.ndarray) -> None:
-        self.file.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        try:
+            self.file.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        except OSError as err:
+            raise self._named(err) from err
         self.tokens += len(tokens)
 
     def close(self) -> None:
-        self.file.seek(0)
-        self.file.write(_LAYOUT.pack(MAGIC, self.dtype.itemsize, 0, self.tokens, self.hash.encode()))
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        os.chmod(self.tmp, 0o644)
-        os.replace(self.tmp, self.path)
+        try:
+            self.file.seek(0)
+            self.file.write(_LAYOUT.pack(MAGIC, self.dtype.itemsize, 0, self.tokens, self.hash.encode()))
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            os.chmod(self.tmp, 0o644)
+            os.replace(self.tmp, self.path)
+        except OSError as err:
+            self.abort()
+            raise self._named(err) from err
 
     def abort(self) -> None:
-        self.file.close()
+        """Remove the temporary file. Its close may fail (a full disk: the buffered tail cannot be written), and the
+        file is removed all the same: a failed preparation left its ``.tmp`` shards, as large as the disk allowed."""
+        with contextlib.suppress(OSError):
+            self.file.close()
         Path(self.tmp).unlink(missing_ok=True)
+
+    def _named(self, err: OSError) -> OSError:
+        """A write's error with the shard it was writing named (a full disk's ENOSPC names no file)."""
+        if err.filename is not None:
+            return err
+        return OSError(err.errno, err.strerror or str(err), str(self.path))
 
 
 def read_header(path: Path) -> tuple[int, int, str]:

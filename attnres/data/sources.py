@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnres.config import path_kind
 from attnres.data.errors import DataError
 
 BUILTIN = ("kjv.txt.gz", "shakespeare.txt.gz")
@@ -76,6 +77,11 @@ def source_files(source: str, label: str = "data.corpus") -> list[Path]:
             if kind_of(path) is None:
                 raise DataError(f"{label}={source!r}: {path.suffix or 'no'} extension; supported: {exts}")
             files = [path]
+        elif not path.is_dir():  # /dev/zero, a FIFO: read as a folder with nothing in it, it was called one
+            raise DataError(
+                f"{label}={source!r} is {path_kind(path)}, not a file or a folder; give a file of text ({exts}), a "
+                "folder of them, or a glob"
+            )
         else:
             files = sorted(p for p in path.rglob("*") if p.is_file() and kind_of(p))
             if not files:

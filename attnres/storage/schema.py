@@ -215,6 +215,15 @@ def read_table(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
             f"{path}: schema_version {version}, this version of attnres reads "
             f"{', '.join(map(str, READABLE_VERSIONS))}; re-run the run or read it with the matching attnres version"
         )
+    if "schema_version" in table.column_names:  # run.parquet says it twice: both must say the same
+        column = sorted({v for v in table.column("schema_version").to_pylist()}, key=str)
+        if column and column != [int(version)]:
+            said = ", ".join(map(str, column))
+            raise SchemaError(
+                f"{path}: its schema_version column says {said}, its file metadata says {version}; the file was "
+                "edited or put together by hand, so which contract it follows is unknown: re-run the run, or restore "
+                "the file attnres wrote"
+            )
     if schema is not None:
         added = [n for n in ADDED_COLUMNS.get(path.name, ()) if n not in table.column_names and n in schema.names]
         for name in added:

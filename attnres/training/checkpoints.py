@@ -95,6 +95,32 @@ def resume_checkpoint(run_dir: Path, say: Any = None) -> str | None:
     return None
 
 
+# the temporary names write_verified and schema.atomic_write_bytes give (tempfile.mkstemp: ".NAME." + 8 characters
+# + ".tmp"); a kill -9 in the middle of a write leaves one, which nothing else removes
+TEMPORARY = ".*.tmp"
+
+
+def remove_temporaries(run_dir: Path, say: Any = None) -> list[Path]:
+    """Remove the temporary files killed writes left in a run folder and its checkpoints (a ``.last.ckpt.<random>.tmp``
+    of a checkpoint half written when the process was killed, as large as a checkpoint; a parquet file's), with one
+    line naming them. Called by :func:`attnres.training.run.train` with the run's lock held, before the run starts or
+    resumes: only the lock's holder writes them, so none is being written."""
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    found = sorted(
+        p
+        for folder in (run_dir, run_dir / schema.CHECKPOINT_DIR)
+        if folder.is_dir()
+        for p in folder.glob(TEMPORARY)
+        if p.is_file() and not p.is_symlink()
+    )
+    for path in found:
+        path.unlink(missing_ok=True)
+    if found:
+        names = ", ".join(str(p.relative_to(run_dir)) for p in found)
+        say(f"{run_dir.name}: removed {len(found)} temporary file(s) a killed write left: {names}")
+    return found
+
+
 def write_verified(path: Path, write: Any) -> None:
     """``write(file)`` into a temporary file beside ``path``, flushed, checked as a whole checkpoint, then renamed
     over ``path``; on any failure the temporary file is removed and ``path`` is left as it was."""

@@ -32,18 +32,18 @@ import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from attnres.config import ModelConfig, RunConfig
-from attnres.costs import count_params
+from attnres.costs import count_params, states_problem
 from attnres.kernels import cpu as cpu_kernels
+from attnres.runtime import MEMORY_HEADROOM, available_memory_gib
 
 GIB = 2**30
-HEADROOM = 0.9  # a run fits when its estimated peak is at most this share of runtime.device_memory_gb
+HEADROOM = MEMORY_HEADROOM  # a run fits when its estimated peak is at most this share of runtime.device_memory_gb
 
 
 @dataclass(frozen=True)
@@ -269,36 +269,13 @@ def fit_problem(cfg: RunConfig, gpu: bool, devices: int) -> str | None:
     available = None if gpu else available_memory_gib()
     if available is None or _rough_peak(cfg) < CPU_SIMULATE_ABOVE * available * GIB:
         return None  # far below the machine's memory: not worth a simulation (every small run would pay for one)
+    if problem := states_problem(cfg, available):  # no micro-batch or checkpointing shrinks them
+        return problem
     where = f"the {available:.1f} GiB this machine has available (set runtime.device_memory_gb to check another)"
-    states = 16 * count_params(cfg.model).total  # fp32 weights, gradients, AdamW's two moments: no setting shrinks them
-    if states > HEADROOM * available * GIB:
-        return (
-            f"{cfg.run_id} needs at least {states / GIB:,.1f} GiB for its weights, gradients and AdamW state alone "
-            f"({count_params(cfg.model).total:,} parameters), more than {HEADROOM:.0%} of {where}; use a smaller model "
-            "(model.n_layer, model.d_model) or vocabulary"
-        )
     return problem_text(cfg, check_fit(cfg, gpu, devices, available), where)
 
 
 CPU_SIMULATE_ABOVE = 0.2  # a CPU run whose rough bound is above this share of the available memory is simulated
-
-
-def available_memory_gib() -> float | None:
-    """Memory this machine can give a new process now, in GiB: Linux's MemAvailable (free memory plus the caches
-    it can drop), within the cgroup's limit when a container or a job has one; None where neither is known."""
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        available = int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
-            available = min(available, int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return max(available, 0) / GIB
 
 
 def _rough_peak(cfg: RunConfig) -> float:

@@ -36,7 +36,7 @@ from attnres.data.prepare import SPLITS
 from attnres.storage import locks, schema
 from attnres.storage.writable import folder_problem
 from attnres.training.branches import branch_start, check_branch, keep_steps
-from attnres.training.checkpoints import resume_checkpoint, verified_checkpoint_io
+from attnres.training.checkpoints import remove_temporaries, resume_checkpoint, verified_checkpoint_io
 from attnres.training.trackers import build_tracker, check_tracker
 
 
@@ -191,9 +191,12 @@ def _quiet_lightning(cfg: RunConfig | None = None) -> None:
 
 
 def progress_bar(wanted: bool) -> bool:
-    """Lightning's bar where it is wanted and stderr is a terminal; in a log (redirected output, a batch job) the
-    run writes a plain line per train.log_interval instead (:class:`attnres.training.run_log.RunLogger`)."""
-    return bool(wanted) and sys.stderr.isatty()
+    """Lightning's bar where it is wanted and stderr is a terminal with a size; in a log (redirected output, a batch
+    job) or on a terminal that reports 0 columns (:func:`attnres.runtime.terminal_ok`) the run writes a plain line per
+    train.log_interval instead (:class:`attnres.training.run_log.RunLogger`)."""
+    from attnres.runtime import terminal_ok
+
+    return bool(wanted) and terminal_ok(sys.stderr)
 
 
 def run_dir_for(cfg: RunConfig, results: str | Path) -> Path:
@@ -208,9 +211,10 @@ def train(
 
     ``callbacks``: extra Lightning callbacks (e.g. Optuna pruning), added after the run's own logging.
     """
-    from attnres.runtime import check_environment
+    from attnres.runtime import check_environment, check_slurm
 
     check_environment()  # before Lightning reads the ranks
+    check_slurm(cfg.runtime)  # SLURM tasks Lightning would fail on (or train the wrong world with), before any work
     run_dir = Path(run_dir)
     if why := folder_problem(run_dir):
         raise ConfigError(f"cannot write the run folder {run_dir}: {why}; pick another --out or --results")
@@ -237,6 +241,7 @@ def train(
             if finished and finished["status"] == "done":
                 locks.announce(run_dir, "done")
                 return RunResult(run_dir, "done", finished["step"], finished["val_loss"], trained=False)
+            remove_temporaries(run_dir)  # a killed write's; we hold the lock, so nobody is writing them now
             schema.atomic_write_bytes(run_dir / schema.CONFIG_FILE, dump_yaml(cfg).encode())
             schema.atomic_write_bytes(
                 run_dir / schema.DATA_FILE, json.dumps(data_record(cfg, corpus, budget), indent=1).encode()
@@ -260,7 +265,14 @@ def _fit(
 
     from attnres import blas
     from attnres.model import compile_model
-    from attnres.runtime import Terminated, allow_eager_fallback, pin_malloc, resolve_precision, uses_gpu
+    from attnres.runtime import (
+        Terminated,
+        allow_eager_fallback,
+        pin_malloc,
+        resolve_precision,
+        torch_threads,
+        uses_gpu,
+    )
     from attnres.training.interval_checkpoint import IntervalCheckpoint
     from attnres.training.module import LitLM
     from attnres.training.parallel import build_strategy
@@ -275,7 +287,10 @@ def _fit(
     if not gpu:
         pin_malloc()
     if rt.threads:
-        torch.set_num_threads(rt.threads)
+        threads, capped = torch_threads(rt.threads)  # capped at the cores, with one line
+        if capped:
+            warnings.warn(capped, RuntimeWarning, stacklevel=2)
+        torch.set_num_threads(threads)
     blas_mode, threads = blas.in_effect(), torch.get_num_threads()
     if not gpu and (problem := blas.problem(blas_mode, threads)):
         warnings.warn(problem, RuntimeWarning, stacklevel=2)

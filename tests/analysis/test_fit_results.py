@@ -275,3 +275,31 @@ def test_failed_replicates_are_counted_beside_the_interval_they_feed(tmp_path, m
     assert head["failed"] == failed and head["replicates"] == 200 and saved["n_boot_failed"] == failed
     if not reliable:
         assert "bootstrap replicates failed to refit" in m.why
+
+
+def test_wall_clock_m_has_an_interval_only_when_the_logged_throughputs_are_comparable(tmp_path):
+    """Runs of one variant and shape do the same work: the FLOP/s they logged differ only by the machine's load. Within
+    10 % of each other wall-clock M keeps M's interval; past it, or with no shape trained twice, it is a point and a
+    note says why (docs/analysis.md)."""
+    write_synthetic_results(tmp_path, multipliers=TRUTH, seeds=2, tables=False)
+    results = load_results(tmp_path, tables=())
+    steady = fit_results(results, n_boot=50).sweep("synthetic")
+    for m in steady.multipliers:
+        assert m.wall_clock.has_interval and all(b.wall_clock.has_interval for b in m.budgets)
+    assert any("spread within a shape is at most 10%" in n for n in steady.notes)
+
+    runs = results.runs.copy()
+    busy = runs.index[(runs["variant"] == "block") & (runs["seed"] == 1)][:1]
+    runs.loc[busy, "tokens_per_s"] *= 1.3  # one seed timed beside a neighbour that left
+    loaded = fit_results(dataclasses.replace(results, runs=runs), n_boot=50).sweep("synthetic")
+    for m in loaded.multipliers:
+        assert not m.wall_clock.has_interval and not any(b.wall_clock.has_interval for b in m.budgets)
+        assert m.multiplier.has_interval  # M itself keeps its interval
+        assert math.isclose(m.wall_clock.value, m.multiplier.value * m.throughput_ratio, rel_tol=1e-9)
+    assert any("up to 30% apart" in n and "a point without an interval" in n for n in loaded.notes)
+
+    one = tmp_path / "one"
+    write_synthetic_results(one, multipliers=TRUTH, seeds=1, tables=False)
+    single = fit_results(one, n_boot=50).sweep("synthetic")
+    assert not any(m.wall_clock.has_interval for m in single.multipliers)
+    assert any("cannot be judged" in n for n in single.notes)

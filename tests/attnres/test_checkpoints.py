@@ -90,6 +90,36 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_one_before_used(tmp_path, cap
     assert resume_checkpoint(tmp_path / "run", said.append) is None and said[-1].endswith("training from step 0")
 
 
+def test_temporary_files_a_killed_write_left_are_removed_when_the_run_resumes(tmp_path, capsys):
+    """kill -9 while a checkpoint is written leaves its `.last.ckpt.<random>.tmp` (as large as a checkpoint), which no
+    rerun removed. The run here was killed after its last checkpoint and before its final row (status running at its
+    last step), with a checkpoint and a parquet file half written; the rerun resumes it and removes both."""
+    import pyarrow as pa
+
+    from attnres.config import resolve_run_config
+    from attnres.training.run import train
+
+    run = tmp_path / "run"
+    cfg = resolve_run_config(None, [*TINY, "train.tokens=1024"])
+    assert train(cfg, run, progress=False).status == "done"
+    table = schema.read_table(run / schema.RUN_FILE)
+    index = table.schema.get_field_index("status")
+    schema.write_table(run / schema.RUN_FILE, table.set_column(index, table.schema.field(index), pa.array(["running"])))
+    stale = [run / schema.CHECKPOINT_DIR / ".last.ckpt.k3x_9q2a.tmp", run / ".metrics.parquet.0b1c2d3e.tmp"]
+    for path in stale:
+        path.write_bytes(b"\0" * 100_000)  # what the write had got to
+    keep = run / schema.CHECKPOINT_DIR / "notes.tmp"  # not a temporary name of ours
+    keep.write_text("mine")
+    capsys.readouterr()
+    result = train(cfg, run, progress=False)
+    err = capsys.readouterr().err
+    assert result.status == "done" and result.trained, result
+    assert not any(path.exists() for path in stale) and keep.exists()
+    assert "run: removed 2 temporary file(s) a killed write left: .metrics.parquet.0b1c2d3e.tmp, " in err, err
+    assert "checkpoints/.last.ckpt.k3x_9q2a.tmp" in err, err
+    assert sorted(p.name for p in run.rglob("*.tmp")) == ["notes.tmp"]
+
+
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([*ATTNRES, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)

@@ -232,7 +232,8 @@ def test_a_run_parquet_written_before_evaluation_sets_reads_with_a_null_column(t
     row |= {"flops": 1.0, "flops_per_token": 1.0, "flops_convention": "x", "lr": 1e-3, "seed": 0, "status": "done"}
     row |= {"step": 1, "max_steps": 1, "tokens_seen": 1}
     added = ("eval_sets", "threads", "blas")  # threads and blas: tests/attnres/test_threads.py
-    old = pa.schema([f for f in schema.RUN_SCHEMA if f.name not in added], metadata=schema.RUN_SCHEMA.metadata)
+    metadata = {**schema.RUN_SCHEMA.metadata, b"schema_version": b"1"}  # the column's version, as those files say
+    old = pa.schema([f for f in schema.RUN_SCHEMA if f.name not in added], metadata=metadata)
     pq.write_table(
         pa.Table.from_pylist([{k: v for k, v in row.items() if k not in added}], schema=old),
         tmp_path / schema.RUN_FILE,

@@ -18,6 +18,7 @@ from attnres import AttnResLM, ModelConfig, blas
 from attnres.config import resolve_run_config
 from attnres.kernels import cpu as cpu_kernels
 from attnres.mixers import Recorder
+from attnres.runtime import cpu_cores, torch_threads
 from attnres.storage import schema
 from attnres.training.run import train
 from tests.conftest import TINY
@@ -111,6 +112,7 @@ def test_diagnostic_norms_are_the_same_bits_at_1_and_2_threads(numel):
 
 
 @needs_mkl
+@pytest.mark.skipif(cpu_cores() < 2, reason="2 threads need 2 cores here: runtime.threads is capped at the cores")
 def test_a_tiny_run_trains_to_the_same_losses_at_1_and_2_threads(tmp_path):
     """The whole run: every logged loss, gradient norm, diagnostic and depth weight, bit for bit; and run.parquet
     says what each ran with."""
@@ -176,3 +178,22 @@ def test_the_users_mkl_cbwr_wins(value, mode):
 def test_no_warning_where_there_is_no_mkl_mode_to_read():
     assert blas.problem("no MKL", 2) is None and blas.problem("MKL (mode unknown)", 2) is None
     assert blas.problem("AUTO,STRICT", 2) is None and blas.problem("off", 2) is not None
+
+
+def test_more_threads_than_cores_are_capped_with_one_line(tmp_path, capsys):
+    """runtime.threads=1000 on 2 cores was taken as it stood: 1000 OpenMP threads spinning on 2 cores. Capped at the
+    cores with one warning (the numbers do not depend on the threads), and run.parquet records the cap."""
+    from attnres.cli import main
+
+    assert torch_threads(1000, cores=2) == (2, torch_threads(1000, cores=2)[1])
+    assert "runtime.threads=1000 is more than the 2 core(s) this process may run on" in torch_threads(1000, 2)[1]
+    assert torch_threads(2, cores=2) == (2, None) and torch_threads(0, cores=2) == (0, None)
+    run = tmp_path / "run"
+    tiny = [o for o in TINY if not o.startswith(("runtime.threads", "train.tokens"))]
+    with threads(torch.get_num_threads()):  # train() sets the process's threads; put them back after
+        code = main(["train", *tiny, "runtime.threads=1000", "train.tokens=1024", "--no-progress", "--out", str(run)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    cores = cpu_cores()
+    assert f"attnres train: warning: runtime.threads=1000 is more than the {cores} core(s)" in err, err
+    assert f"training with {cores} thread(s)" in err and schema.read_run_row(run)["threads"] == cores

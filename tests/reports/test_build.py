@@ -672,3 +672,48 @@ def test_the_headline_says_in_plain_words_what_its_interval_means(low, high, unr
     h = Headline("s", "block2", "Block", 1e15, "FLOPs", Estimate(0.8, low, high), 0.9, "shared", 3, 3, "converged")
     h = dataclasses.replace(h, unreliable=unreliable)
     assert words in h.verdict
+
+
+def test_the_report_opens_with_the_verdict_then_the_headline_and_a_figure_and_ends_with_provenance(built):
+    md = built.report_md.read_text()
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["## Verdict", "## Headline"] and sections[-1] == "## Provenance"
+    verdict = md.split("## Verdict")[1].split("\n## ")[0]
+    for h in built.headline:  # the demo's sentence, from the same property
+        assert f"**{h.label}** (`{h.sweep}`): M = {h.multiplier.text(3)}: {h.verdict}" in verdict
+    first_image, first_fits = md.index("!["), md.index("### Fits")
+    headline_table = md.index("| M at the largest budget")
+    assert md.index("## Headline") < headline_table < first_image < first_fits
+
+
+def test_the_html_has_a_table_of_contents_linking_every_section(built):
+    import re
+
+    page = built.report_html.read_text()
+    nav = re.search(r'<nav class="toc">(.*?)</nav>', page, flags=re.S)
+    assert nav and page.index("<h1") < nav.start() < page.index("<h2")
+    links = re.findall(r'href="#([^"]+)"', nav.group(1))
+    ids = re.findall(r'<h[23] id="([^"]+)"', page)
+    assert links == ids and len(set(ids)) == len(ids)  # every section and part, once, in order
+    assert links[:2] == ["verdict", "headline"] and "provenance" in links
+
+
+def test_every_figure_draws_inside_its_own_bounds(tree, tmp_path, monkeypatch):
+    """Nothing a figure draws (titles, labels, legends, notes) runs past the figure's edges: the depth-attention
+    heatmap's subtitle did, by a sweep name and shape wider than the figure."""
+    import reports.section
+
+    outside = []
+    save = reports.section.save_figure
+
+    def checked(fig, stem, formats):
+        fig.canvas.draw()
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        width, height = fig.get_size_inches()
+        if box.x0 < -0.01 or box.y0 < -0.01 or box.x1 > width + 0.01 or box.y1 > height + 0.01:
+            outside.append((stem.name, [round(v, 2) for v in (box.x0, box.y0, box.x1, box.y1)], (width, height)))
+        return save(fig, stem, formats)
+
+    monkeypatch.setattr(reports.section, "save_figure", checked)
+    summary = reports.build_report(tree, tmp_path / "report", n_boot=20, strict=True)
+    assert len(summary.figures) >= len(FIGURES) and not outside, outside

@@ -215,7 +215,14 @@ def test_loss_curves(scaling):
     assert whole.get_ylabel() == "loss (nats/token)" and "thin lines: training loss" in whole.get_title()
     legend = texts(fig)["legend"]
     assert legend == ["baseline (2 seeds)", "Full AttnRes (2 seeds)", "Block AttnRes (N=4) (2 seeds)"]
-    assert len(whole.get_lines()) == 12  # 3 variants x 2 seeds, validation and training loss
+    # 3 variants x (2 faint seeds + their bold mean) in validation loss, and 2 training-loss lines each
+    assert len(whole.get_lines()) == 15 and len(zoom.get_lines()) == 9
+    for line, band in zip([ln for ln in zoom.get_lines() if ln.get_label() in legend], zoom.collections):
+        seeds = [ln for ln in zoom.get_lines() if ln.get_color() == line.get_color() and ln is not line]
+        ys = np.array([s.get_ydata() for s in seeds])
+        assert np.allclose(line.get_ydata(), ys.mean(axis=0))  # the bold line is the seeds' mean
+        corners = band.get_paths()[0].vertices[:, 1]
+        assert np.isclose(corners.min(), ys.min()) and np.isclose(corners.max(), ys.max())  # the band their range
     assert "n_layer=" in texts(fig)["title"][-1]  # the reference shape is named
     # the reference shape is the largest budget: its tokens are the longest lines
     top_tokens = results.finished["tokens"].max()
@@ -236,6 +243,35 @@ def test_loss_curves_whole_run_starts_at_the_first_logged_step(scaling):
     drawn = np.concatenate([line.get_xdata() for line in whole.get_lines()])
     assert drawn.min() == pytest.approx(first) and whole.get_xlim()[0] <= first
     assert drawn.max() == pytest.approx(m["tokens"].max())
+
+
+def _panel_data(ax) -> set[tuple]:
+    return {(tuple(np.round(ln.get_xdata(), 6)), tuple(np.round(ln.get_ydata(), 9))) for ln in ax.get_lines()}
+
+
+def test_loss_curves_draw_one_panel_when_the_runs_logged_only_their_second_half(scaling):
+    """A WSD branch logs from its decay on: a "whole run" panel would draw what the second-half panel draws."""
+    results, _ = scaling
+    m = results.metrics
+    branch = m[m["tokens"] >= 0.7 * m.groupby("run_id")["tokens"].transform("max")]
+    fig = reports.plot_loss_curves(results.runs, branch, sweep="scaling")
+    assert len(fig.axes) == 1 and "WSD branch" in fig.axes[0].get_title()
+    full = reports.plot_loss_curves(results.runs, m, sweep="scaling")
+    assert len(full.axes) == 2 and _panel_data(full.axes[0]) != _panel_data(full.axes[1])  # no two panels alike
+
+
+def test_loss_curves_of_an_envelope_point_draw_the_seeds_of_one_rate(scaling):
+    """A point read from a learning-rate envelope holds every rate's runs: the figure draws the seeds of the swept
+    rate nearest the point's best rate, and says which."""
+    results, fit = scaling
+    runs = results.runs.copy()
+    points = fit.sweep("scaling").points.copy()
+    top = points["tokens"] == points["tokens"].max()
+    other = runs[runs["run_id"].isin(points.loc[top, "run_ids"].iloc[0])].index[:1]
+    runs.loc[other, "lr"] = runs.loc[other, "lr"] * 4  # one baseline seed "at another rate"
+    fig = reports.plot_loss_curves(runs, results.metrics, sweep="scaling", points=points)
+    legend = texts(fig)["legend"]
+    assert legend[0].startswith("baseline") and " at lr " in legend[0] and "(2 seeds" not in legend[0]
 
 
 def test_loss_curves_fall_back_to_training_loss(scaling):
@@ -521,3 +557,37 @@ def test_lr_table_lists_every_variant_at_every_learning_rate(tmp_path):
     with pytest.raises(reports.MissingData, match="one learning rate"):
         lr_table(one, sweep="one")
     assert reports.tables.has_lr_sweep(runs, sweep="lrs") and not reports.tables.has_lr_sweep(one, sweep="one")
+
+
+def test_the_papers_multiplier_is_drawn_wherever_the_final_axis_reaches_it():
+    """Block's 1.25 near the data widens the shared axis to about 1.28; Full's 1.27 then lies on the scale and is drawn
+    as a line, not listed as "off this scale" (it was, decided before the axis widened)."""
+    from reports.scaling import _paper_references
+
+    fig, axes = plt.subplots(1, 2, sharey=True, squeeze=False)
+    _paper_references(axes, [(axes[0, 0], 1.25), (axes[0, 1], 1.27)], highs=[1.0, 1.05], lows=[1.0, 0.85])
+    low, high = axes[0, 0].get_ylim()
+    assert low < 1.27 < high
+    for ax, ref in ((axes[0, 0], 1.25), (axes[0, 1], 1.27)):
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert not any("off this scale" in x for x in labels), labels
+        assert any(np.allclose(line.get_ydata(), ref) for line in ax.get_lines())
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    _paper_references(axes, [(axes[0, 0], 1.27)], highs=[0.95], lows=[0.8])  # far above the data: a note
+    assert axes[0, 0].get_ylim()[1] < 1.27
+    assert any("off this scale" in t.get_text() for t in axes[0, 0].get_legend().get_texts())
+
+
+def test_block_curves_name_their_n_in_a_slice_sweeps_figures(scaling):
+    """A sweep fitted per tokens-per-parameter ratio (``scaling@8tpp``) names no runs: N comes from its points."""
+    import dataclasses
+
+    results, fit = scaling
+    sliced = dataclasses.replace(fit.sweep("scaling"), sweep="scaling@8tpp")
+    report = dataclasses.replace(fit, sweeps=[sliced])
+    titles = [ax.get_title() for ax in reports.plot_multiplier(report, "scaling@8tpp", runs=results.runs).axes]
+    assert "Block AttnRes (N=4) (shared exponent)" in titles
+    curves = reports.plot_scaling_curves(report, "scaling@8tpp", runs=results.runs)
+    labels = [t for ax in curves.axes if ax.get_legend() for t in (x.get_text() for x in ax.get_legend().get_texts())]
+    blocks = [x for x in labels if x.startswith("Block AttnRes")]
+    assert blocks and all("(N=4)" in x for x in blocks), labels

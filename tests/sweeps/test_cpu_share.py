@@ -71,3 +71,38 @@ def test_a_sweep_on_a_busy_machine_says_so_and_gives_each_worker_one_thread(tmp_
     assert not any("busy" in line for line in said), said
     config = yaml.safe_load((tmp_path / "again" / "smoke" / runs[0].run_id / "config.yaml").read_text())
     assert config["runtime"]["threads"] == 2
+
+
+def test_a_load_average_left_by_work_that_has_ended_is_not_busy(monkeypatch):
+    """Right after the README's `pip install` the 1-minute load average was near 1 on two idle cores, and the demo's
+    first line said "this machine is busy". The sample of the cores decides; the load average only asks for a second,
+    longer one, and work that stays is seen in it."""
+    import attnres.runtime as runtime
+
+    monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (1.3, 0.6, 0.3))  # an install that just finished
+    asked = []
+
+    def sampled(*loads: float):
+        def busy(seconds: float = 0.3) -> float:
+            asked.append(seconds)
+            return loads[min(len(asked), len(loads)) - 1]
+
+        return busy
+
+    monkeypatch.setattr(runtime, "busy_cores", sampled(0.02, 0.05))  # both cores idle now, and still idle a second on
+    share = runtime.CpuShare.now()
+    assert not share.busy and share.free == 2 and share.note(2, 1) is None, share
+    assert asked == [0.3, runtime.LONGER_SAMPLE_S]  # the load average asked for a second look
+    asked.clear()
+    monkeypatch.setattr(runtime, "busy_cores", sampled(0.1, 1.0))  # a job between its bursts: the longer look sees it
+    share = runtime.CpuShare.now()
+    assert share.busy and share.free == 1 and "this machine is busy (load 1.0 on 2 core(s), 1 free)" in share.note(2, 1)
+    asked.clear()
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(runtime, "busy_cores", sampled(1.9))  # a job that has just started: seen at once
+    assert runtime.CpuShare.now().free == 0 and asked == [0.3]
+    monkeypatch.setattr(runtime, "busy_cores", lambda seconds=0.3: None)  # no counters (not Linux): the average
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (1.9, 1.0, 1.0))
+    assert runtime.CpuShare.now().free == 0

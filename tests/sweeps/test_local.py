@@ -306,7 +306,7 @@ def test_the_progress_bar_counts_steps_and_names_the_runs_in_training(grid_file,
     which runs train at which step."""
     import sweeps.local_pool as pool
 
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a bar is drawn on a terminal only
+    monkeypatch.setattr(pool, "terminal_ok", lambda stream: True)  # a bar is drawn on a (sized) terminal only
 
     grid = load_grid(grid_file)
     runs = expand(grid)[:2]
