@@ -22,8 +22,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from analysis import select_points
@@ -129,6 +130,19 @@ def reference_points(
     _, _, _, best = max(scores, key=lambda s: s[:3])
     sel = wanted[(wanted["n_layer"] == best[0]) & (wanted["d_model"] == best[1]) & (wanted["tokens"] == best[2])]
     return Shape(int(best[0]), int(best[1]), int(best[2])), sel
+
+
+def at_one_rate(row: Any, ids: list[str], runs: pd.DataFrame) -> tuple[list[str], float | None]:
+    """The runs among ``ids`` that a figure draws for a point (``row``: one row of the points) as one curve's seeds,
+    and their rate when the point spans several: a point read off a learning-rate envelope holds every swept rate's
+    runs, and only the seeds at the swept rate nearest its best rate are one curve's seeds (None: one rate)."""
+    rate = dict(zip(runs["run_id"].astype(str), pd.to_numeric(runs["lr"], errors="coerce")))
+    known = {rate[i] for i in ids if i in rate and np.isfinite(rate[i]) and rate[i] > 0}
+    best = row.get("lr", np.nan) if hasattr(row, "get") else np.nan
+    if len(known) < 2 or not np.isfinite(best) or best <= 0:
+        return ids, None
+    nearest = min(known, key=lambda r: abs(np.log(r / best)))
+    return [i for i in ids if rate.get(i) == nearest], float(nearest)
 
 
 def n_blocks_of(points: pd.DataFrame, curve: str) -> int | None:

@@ -24,6 +24,7 @@ from attnres.variants import Variant, curve_order
 from reports.data import (
     MissingData,
     Shape,
+    at_one_rate,
     last_step,
     n_blocks_of,
     reference_points,
@@ -40,6 +41,7 @@ from reports.style import (
     variant_label,
     variant_linestyle,
     variant_marker,
+    wrap_to_width,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +122,8 @@ def plot_loss_curves(
         ax.set_xlabel("training tokens")
         ax.set_ylabel("loss (nats/token)" if with_train else ylabel)
         part = "whole run" if zoomed else "the logged steps (a WSD branch's decay; its trunk is a run of its own)"
-        ax.set_title(f"{part} (log tokens; thin lines: training loss)" if with_train else part, fontsize=10)
+        part = f"{part} (log tokens; thin lines: training loss)" if with_train else part
+        ax.set_title(wrap_to_width(part, ax.get_position().width * fig.get_size_inches()[0], 10), fontsize=10)
         compact_ticks(ax, "x", log=True)
         if axz is not None:
             axz.set_xlabel("training tokens")
@@ -133,10 +136,8 @@ def plot_loss_curves(
             compact_ticks(axz, "x", log=False)
         (axz or ax).legend(loc="upper right", fontsize=8)
         what = "Validation loss" if split == "val" else "Training loss (too few validation points)"
-        fig.suptitle(
-            f"{what} during training: sweep {sweep}, {shape.text()}\nbold: the mean over seeds, band: their range",
-            fontsize=10.5,
-        )
+        title = f"{what} during training: sweep {sweep}, {shape.text()}\nbold: the mean over seeds, band: their range"
+        fig.suptitle(wrap_to_width(title, fig.get_size_inches()[0] - 0.3, 10.5), fontsize=10.5)
         fig.subplots_adjust(left=0.07 if zoomed else 0.12, right=0.98, top=0.83, bottom=0.13)
     return fig
 
@@ -182,19 +183,11 @@ def _seed_curves(
 ) -> list[_SeedCurve]:
     """Each curve's runs at the reference shape, at one learning rate: a point read from an envelope holds every
     rate's runs, and only the seeds of the swept rate nearest its best rate are one curve's seeds."""
-    rate = dict(zip(runs["run_id"].astype(str), pd.to_numeric(runs["lr"], errors="coerce")))
     out = []
     for curve in curve_order(sel["curve"]):
         row = sel[sel["curve"] == curve].iloc[0]
-        ids = sorted(i for i in row["run_ids"] if i in available)
-        rates = {i: rate.get(i, np.nan) for i in ids}
-        known = [r for r in rates.values() if np.isfinite(r) and r > 0]
-        if len(set(known)) > 1 and np.isfinite(row.get("lr", np.nan)):
-            nearest = min(set(known), key=lambda r: abs(np.log(r / row["lr"])))
-            ids = [i for i in ids if rates[i] == nearest]
-            at = f" at lr {nearest:.3g}"
-        else:
-            at = ""
+        ids, lr = at_one_rate(row, sorted(i for i in row["run_ids"] if i in available), runs)
+        at = "" if lr is None else f" at lr {lr:.3g}"
         seeds = []
         for rid in ids:
             d = m[m["run_id"].astype(str) == rid].sort_values("step")
@@ -295,7 +288,7 @@ def _block_profiles(
     out = []
     for curve in curve_order(sel["curve"]):
         row = sel[sel["curve"] == curve].iloc[0]
-        ids = sorted(i for i in row["run_ids"] if i in available)
+        ids, _ = at_one_rate(row, sorted(i for i in row["run_ids"] if i in available), runs)
         d = lay[lay["run_id"].astype(str).isin(ids)]
         table = d.pivot_table(index="layer", columns="run_id", values=column, aggfunc="mean").sort_index()
         values = table.to_numpy(float)

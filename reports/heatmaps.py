@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from reports.data import MissingData, last_step, n_blocks_of, reference_points, sweep_points, table_rows
+from reports.data import MissingData, at_one_rate, last_step, n_blocks_of, reference_points, sweep_points, table_rows
 from reports.style import rc_context, variant_label, wrap_to_width
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,7 +138,9 @@ def _heatmap_runs(
             has_data=lambda ids: any(i in available for i in ids),
             what=f"the depth-attention heatmap of {variant}",
         )
-        return sorted(i for i in sel.iloc[0]["run_ids"] if i in available), shape.text()
+        row = sel.iloc[0]
+        ids, lr = at_one_rate(row, sorted(i for i in row["run_ids"] if i in available), runs)
+        return ids, shape.text() + ("" if lr is None else f", lr {lr:.3g}")
     missing = [i for i in run_ids if i not in available]
     if missing:
         raise MissingData(f"no depth_attn.parquet for run(s) {missing}")

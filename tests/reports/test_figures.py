@@ -212,7 +212,9 @@ def test_loss_curves(scaling):
     for ax in (whole, zoom):
         assert ax.get_xlabel() == "training tokens"
     assert zoom.get_ylabel() == "validation loss (nats/token)"
-    assert whole.get_ylabel() == "loss (nats/token)" and "thin lines: training loss" in whole.get_title()
+    assert whole.get_ylabel() == "loss (nats/token)" and "thin lines: training loss" in " ".join(
+        whole.get_title().split()
+    )
     legend = texts(fig)["legend"]
     assert legend == ["baseline (2 seeds)", "Full AttnRes (2 seeds)", "Block AttnRes (N=4) (2 seeds)"]
     # 3 variants x (2 faint seeds + their bold mean) in validation loss, and 2 training-loss lines each
@@ -256,6 +258,9 @@ def test_loss_curves_draw_one_panel_when_the_runs_logged_only_their_second_half(
     branch = m[m["tokens"] >= 0.7 * m.groupby("run_id")["tokens"].transform("max")]
     fig = reports.plot_loss_curves(results.runs, branch, sweep="scaling")
     assert len(fig.axes) == 1 and "WSD branch" in fig.axes[0].get_title()
+    fig.canvas.draw()
+    box, (width, height) = fig.get_tightbbox(fig.canvas.get_renderer()), fig.get_size_inches()
+    assert box.x0 >= -0.01 and box.x1 <= width + 0.01 and box.y1 <= height + 0.01  # its title fits the one panel
     full = reports.plot_loss_curves(results.runs, m, sweep="scaling")
     assert len(full.axes) == 2 and _panel_data(full.axes[0]) != _panel_data(full.axes[1])  # no two panels alike
 
@@ -272,6 +277,11 @@ def test_loss_curves_of_an_envelope_point_draw_the_seeds_of_one_rate(scaling):
     fig = reports.plot_loss_curves(runs, results.metrics, sweep="scaling", points=points)
     legend = texts(fig)["legend"]
     assert legend[0].startswith("baseline") and " at lr " in legend[0] and "(2 seeds" not in legend[0]
+    block = runs[runs["run_id"].isin(points.loc[top & (points["curve"] == "block"), "run_ids"].iloc[0])].index[:1]
+    runs.loc[block, "lr"] = runs.loc[block, "lr"] * 4
+    heat = reports.plot_depth_attention(runs, results.depth_attn, variant="block", sweep="scaling", points=points)
+    title = heat._suptitle.get_text()
+    assert ", lr " in title and "mean of 2 seeds" not in title  # the heatmap averages one rate's seeds too
 
 
 def test_loss_curves_fall_back_to_training_loss(scaling):
