@@ -111,7 +111,7 @@ def plot_loss_curves(
                 1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [1, 1], "wspace": 0.22}
             )
         else:
-            fig, ax = plt.subplots(figsize=(6.4, 4.4))
+            fig, ax = plt.subplots(figsize=(7.0, 4.8))
             axz = None
         zoom_lo, zoom_hi = _draw_loss_curves(ax, axz, curves)
         with_train = _draw_training_loss(ax, train, curves)
@@ -121,7 +121,7 @@ def plot_loss_curves(
             readable_log_ticks(ax, "y", max_ticks=10)
         ax.set_xlabel("training tokens")
         ax.set_ylabel("loss (nats/token)" if with_train else ylabel)
-        part = "whole run" if zoomed else "the logged steps (a WSD branch's decay; its trunk is a run of its own)"
+        part = "whole run" if zoomed else "a WSD branch's decay (its trunk is a run of its own)"
         part = f"{part} (log tokens; thin lines: training loss)" if with_train else part
         ax.set_title(wrap_to_width(part, ax.get_position().width * fig.get_size_inches()[0], 10), fontsize=10)
         compact_ticks(ax, "x", log=True)
@@ -137,8 +137,12 @@ def plot_loss_curves(
         (axz or ax).legend(loc="upper right", fontsize=8)
         what = "Validation loss" if split == "val" else "Training loss (too few validation points)"
         title = f"{what} during training: sweep {sweep}, {shape.text()}\nbold: the mean over seeds, band: their range"
-        fig.suptitle(wrap_to_width(title, fig.get_size_inches()[0] - 0.3, 10.5), fontsize=10.5)
-        fig.subplots_adjust(left=0.07 if zoomed else 0.12, right=0.98, top=0.83, bottom=0.13)
+        title = wrap_to_width(title, fig.get_size_inches()[0] - 0.3, 10.5)
+        fig.suptitle(title, fontsize=10.5)
+        # room above the panels for the figure's title and the panels' titles, as many lines as they wrapped to
+        lines = title.count("\n") + 1 + max(a.get_title().count("\n") + 1 for a in fig.axes)
+        top = 1 - (0.25 + 0.2 * lines) / fig.get_size_inches()[1]
+        fig.subplots_adjust(left=0.07 if zoomed else 0.11, right=0.98, top=top, bottom=0.13)
     return fig
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reports.context import ReportContext
+from reports.data import sweep_runs
 from reports.document import Heading, Paragraph
 from reports.section import Section
 from reports.sweep_figures import shape_figures, sweep_figures
@@ -44,11 +45,11 @@ def sweep_section(ctx: ReportContext, sweep: str) -> Section:
 
 
 def _sweep_summary(ctx: ReportContext, sw: SweepFit) -> Paragraph:
-    runs = ctx.results.runs
-    sweep_runs = runs[runs["sweep"].astype(str) == sw.sweep]
-    n_done = int((sweep_runs["status"] == "done").sum())
+    # a slice (``cpu_envelope@8tpp``) names no runs of its own: its runs are the sweep's at that ratio
+    mine, _ = sweep_runs(ctx.results.runs, sw.sweep)
+    n_done = int((mine["status"] == "done").sum())
     return Paragraph(
-        f"{len(sweep_runs)} runs ({n_done} finished); FLOP convention: "
+        f"{len(mine)} runs ({n_done} finished); FLOP convention: "
         f"{'; '.join(sw.flops_convention) or 'unknown'}"
         + ("; points are IsoFLOP minima (one compute-optimal point per budget)." if sw.frontier else ".")
     )

@@ -355,3 +355,17 @@ def test_fit_reproduces_the_cpu_ablations_gaps():
     for curve in ("full", "block-N3"):
         assert one.gap(curve).gap.text(3) in head, curve
     assert f"on {one.df} df" in page and f"{one.seed_sd:.2f} points per seed" in page
+
+
+def test_the_committed_reports_open_with_the_verdict_and_count_a_slices_runs():
+    """The re-made reports (2026-12-05): the verdict first, provenance last, and a per-ratio slice's section counts
+    the runs at its ratio (it said "0 runs" when it looked the slice's name up among the runs' sweeps)."""
+    report = ROOT / "studies" / "cpu_envelope" / "report" / "report.md"
+    if not report.is_file():
+        pytest.skip("studies/cpu_envelope has no report here")
+    md = report.read_text()
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Verdict" and sections[-1] == "## Provenance"
+    for part in ("cpu_envelope@8tpp", "cpu_envelope@16tpp"):
+        summary = md.split(f"## Sweep `{part}`\n\n")[1].splitlines()[0]
+        assert summary.startswith("110 runs (110 finished)"), summary
