@@ -533,7 +533,9 @@ def test_help_lists_every_field():
         (["model.n_layer=2.5"], ["model.n_layer", "integer"]),
         (["model.residual=resnet"], ["model.residual", "'baseline', 'full', 'block'"]),
         (["data.corpus=/nonexistent/text"], ["data.corpus", "does not exist"]),
-        (["model.seq_len=1000000"], ["model.seq_len=1000000", "validation split"]),
+        # with a budget of more than one such batch, so that the validation split is what refuses it
+        (["model.seq_len=1000000", "train.tokens=2e7"], ["model.seq_len=1000000", "validation split"]),
+        (["model.seq_len=1000000"], ["train.tokens=50000, less than one batch", "model.seq_len 1000000"]),
         (["model.n_blocks=99"], ["n_blocks", "2 * n_layer"]),
         (["train.lr=inf"], ["train.lr must be a finite number, got 'inf'"]),
         (["train.lr=nan"], ["train.lr must be a finite number"]),
