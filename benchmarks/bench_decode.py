@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import median_ci, timed, variant_config  # noqa: E402  (a sibling script, not a package)
+from bench_step import median_ci, parse_sizes, timed, variant_config  # noqa: E402  (a sibling script, not a package)
 
-from attnres.config import ConfigError  # noqa: E402
 from attnres.kernels import cpu as cpu_kernels  # noqa: E402
 from attnres.model import AttnResLM, KVCache  # noqa: E402
 from attnres.runtime import pin_malloc  # noqa: E402
@@ -57,18 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--batches {args.batches!r}: a comma list of whole numbers, e.g. 1,8")
     if min(args.batch_list) < 1 or args.prompt < 1 or args.new < 1 or args.repeats < 1:
         parser.error("--batches, --prompt, --new and --repeats must be at least 1")
-    args.size_list = []
-    for size in args.sizes.split(","):
-        parts = size.lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            parser.error(f"--sizes: {size!r} is not d_model x n_layer (e.g. 256x8)")
-        d_model, n_layer = int(parts[0]), int(parts[1])
-        try:
-            for name in args.variant_names:
-                variant_config(name, d_model, n_layer, args.prompt + args.new, max(1, d_model // args.head_dim))
-        except ConfigError as err:
-            parser.error(f"--sizes {size} with --variants {args.variants}: {err}")
-        args.size_list.append((size, d_model, n_layer))
+    args.size_list = parse_sizes(parser, args, args.prompt + args.new)
     return args
 
 

@@ -199,19 +199,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         base = base_name(name)
         if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
-    args.size_list = []
-    for size in args.sizes.split(","):  # every model is checked before any is timed
+    args.size_list = parse_sizes(parser, args, args.seq_len)
+    return args
+
+
+def parse_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace, seq_len: int) -> list[tuple[str, int, int]]:
+    """``--sizes`` as (size, d_model, n_layer), every variant of ``args.variant_names`` built as a config at every size
+    (``seq_len`` tokens, ``--head-dim``) before any is timed; a bad size or variant is a parser error."""
+    sizes = []
+    for size in args.sizes.split(","):
         parts = size.lower().split("x")
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
             parser.error(f"--sizes: {size!r} is not d_model x n_layer (e.g. 256x8)")
         d_model, n_layer = int(parts[0]), int(parts[1])
         try:
             for name in args.variant_names:
-                variant_config(name, d_model, n_layer, args.seq_len, max(1, d_model // args.head_dim))
+                variant_config(name, d_model, n_layer, seq_len, max(1, d_model // args.head_dim))
         except ConfigError as err:
             parser.error(f"--sizes {size} with --variants {args.variants}: {err}")
-        args.size_list.append((size, d_model, n_layer))
-    return args
+        sizes.append((size, d_model, n_layer))
+    return sizes
 
 
 def main(argv: list[str] | None = None) -> int:
