@@ -53,12 +53,13 @@ def _checkpoint_of(path: Path) -> tuple[Path, Path]:
     return path, checkpoint
 
 
-def _check_schema(run_dir: Path) -> None:
-    """A run written by another schema version is refused by name, before its checkpoint is read."""
+def _run_row(run_dir: Path) -> dict:
+    """The run's run.parquet row ({} before it has one); a run written by another schema version is refused by name,
+    before its checkpoint is read."""
     if not (run_dir / schema.RUN_FILE).is_file():
-        return  # not finished yet: its config and checkpoint say all there is
+        return {}  # not finished yet: its config and checkpoint say all there is
     try:
-        schema.read_table(run_dir / schema.RUN_FILE)
+        return schema.read_table(run_dir / schema.RUN_FILE).to_pylist()[0]
     except schema.SchemaError as err:
         raise ConfigError(f"{err}; generate with the attnres version that trained it") from None
 
@@ -90,7 +91,7 @@ def run_tokenizer(run_dir: Path) -> Tokenizer:
 def load_trained(path: str | Path, device: str | torch.device = "cpu") -> Trained:
     """The model and tokenizer of a run folder or of one of its checkpoints; one clear error for anything missing."""
     run_dir, checkpoint = _checkpoint_of(Path(path))
-    _check_schema(run_dir)
+    row = _run_row(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir} has no config.yaml: the checkpoint {checkpoint} is not inside a run folder")
     cfg = resolve_run_config(run_dir / "config.yaml")
@@ -101,7 +102,7 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu") -> Traine
     weights = {k.removeprefix("model."): v for k, v in state["state_dict"].items() if k.startswith("model.")}
     model = AttnResLM(cfg.model)
     model.load_state_dict(weights)
-    finished = (schema.read_run_row(run_dir) or {}).get("status") == "done"
+    finished = row.get("status") == "done"
     model = model.to(device=device, dtype=torch.float32).eval()
     return Trained(model, tokenizer, cfg, checkpoint, int(state.get("global_step", 0)), finished)
 
