@@ -16,6 +16,13 @@ uses the larger of the residuals' sd and a floor, ``noise_floor`` (% of loss per
 with the residuals, a Student t on K - 2 degrees of freedom; with the floor, a normal quantile (a noise taken as
 known from elsewhere). The trend says which it used and its degrees of freedom.
 
+**Where the gap crosses 0.** The line's root x0 = x_mean - g_mean / slope, in sublayers, with Fieller's interval:
+the depths x where 0 lies inside the line's own interval at x, {x : |g(x)| <= q sigma sqrt(1/W + (x - x_mean)^2 /
+Sxx)}, the same noise and quantile as the trend's. It is a closed interval only where the slope is resolved from 0
+(slope^2 > q^2 sigma^2 / Sxx); otherwise the set is unbounded and the crossing is "not resolved". It extrapolates the
+line, so it reads as a depth only where a straight line in sublayers describes the ladder (the trend's residual sd
+says how well it does).
+
 The gap needs no fitted law; M_k uses the baseline law's local slope, which on a fixed-width ladder is fitted across
 depths, so the trend of M is given as a point estimate (the slope's error tilts every M_k's line at once;
 docs/analysis.md, "The depth trend").
@@ -84,6 +91,24 @@ class DepthTrend:
     noise: float = math.nan
     basis: str = "residuals"
     df: int = 0
+    crossing: Estimate | None = None  # where the line crosses 0, in sublayers (Fieller's interval; module doc)
+
+    def crossing_text(self) -> str:
+        """``at 31.2 [27.0, 38.9] sublayers``, or why there is no number."""
+        c = self.crossing
+        if c is None or not math.isfinite(c.value):
+            return "no crossing: the line is flat"
+        if not c.has_interval:
+            return f"at {c.value:.1f} sublayers (a point estimate)"
+        if not (math.isfinite(c.low) and math.isfinite(c.high)):
+            return f"at {c.value:.1f} sublayers, not resolved: the slope's interval holds 0, so any depth may be it"
+        low, high = self.span
+        where = (
+            "inside the ladder"
+            if low <= c.low and c.high <= high
+            else ("past the deepest size" if c.low > high else "reaching outside the ladder")
+        )
+        return f"at {c.value:.1f} [{c.low:.1f}, {c.high:.1f}] sublayers ({where})"
 
     def noise_text(self) -> str:
         """``noise 0.61 % a seed (the floor; residual sd 0.25 % on 3 df)``: what the interval was built from."""
@@ -118,6 +143,7 @@ class DepthTrend:
             "noise_basis": self.basis,
             "df": self.df,
             "verdict": self.verdict(),
+            "crossing_sublayers": None if self.crossing is None else self.crossing.to_dict(),
             "depths": [p.to_dict() for p in self.points],
         }
 
@@ -157,7 +183,16 @@ def depth_trend(
     log_m = line_change(x, np.log([p.multiplier for p in points]), span, level, False, w)
     m_ratio = Estimate(math.exp(log_m.change.value), level=level)
     return DepthTrend(
-        widths.pop(), points, line.change, m_ratio, line.ends, line.residual_sd, line.noise, line.basis, line.df
+        widths.pop(),
+        points,
+        line.change,
+        m_ratio,
+        line.ends,
+        line.residual_sd,
+        line.noise,
+        line.basis,
+        line.df,
+        line.root,
     )
 
 
@@ -172,6 +207,23 @@ class Line:
     noise: float
     basis: str
     df: int
+    root: Estimate | None = None  # where the line crosses 0, with Fieller's interval (module doc)
+
+
+def _fieller_root(
+    g_mean: float, slope: float, x_mean: float, weight: float, sxx: float, spread: float, level: float
+) -> Estimate:
+    """The root of the line g(x) = g_mean + slope (x - x_mean) and the set of x at which 0 lies inside the line's
+    interval there, ``spread`` being the quantile times the noise per unit weight: a closed interval where the slope
+    is resolved from 0, otherwise unbounded on both sides (-inf, inf), since the complement of a bounded set is not
+    an interval the caller could use."""
+    root = x_mean - g_mean / slope if slope != 0 else math.nan
+    a = slope * slope - spread * spread / sxx
+    if not math.isfinite(spread) or a <= 0:
+        return Estimate(root, -math.inf, math.inf, level)
+    b, c = 2 * g_mean * slope, g_mean * g_mean - spread * spread / weight
+    disc = math.sqrt(max(b * b - 4 * a * c, 0.0))
+    return Estimate(root, x_mean + (-b - disc) / (2 * a), x_mean + (-b + disc) / (2 * a), level)
 
 
 def line_change(
@@ -204,8 +256,10 @@ def line_change(
     ends = (intercept + slope * float(x[0]), intercept + slope * float(x[-1]))
     use_floor = noise_floor > 0 and not (sd >= noise_floor)
     noise, basis = (noise_floor, "floor") if use_floor else (sd, "residuals")
+    root = Estimate(xm - ym / slope if slope != 0 else math.nan, level=level)
     if not interval or not math.isfinite(noise):
-        return Line(Estimate(change, level=level), ends, sd, noise, basis, df)
-    quantile = norm.ppf(0.5 + level / 2) if use_floor else student_t.ppf(0.5 + level / 2, df)
-    half = float(quantile) * noise / math.sqrt(sxx) * span
-    return Line(Estimate(change, change - half, change + half, level), ends, sd, noise, basis, df)
+        return Line(Estimate(change, level=level), ends, sd, noise, basis, df, root)
+    quantile = float(norm.ppf(0.5 + level / 2) if use_floor else student_t.ppf(0.5 + level / 2, df))
+    half = quantile * noise / math.sqrt(sxx) * span
+    root = _fieller_root(ym, slope, xm, float(w.sum()), sxx, quantile * noise, level)
+    return Line(Estimate(change, change - half, change + half, level), ends, sd, noise, basis, df, root)

@@ -46,12 +46,13 @@ def depth_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None
                 f"{t.verdict()} ({t.noise_text()})",
             )
         )
+        rows.append((m.variant, "the line crosses 0", "", "", "", t.crossing_text()))
     what = (
         "the depth trend (one width, only depth moves): the paired gap 100 (ln L_base - ln L_var) at each depth, "
         "> 0 where the variant's loss is lower, and its least-squares line over the depths; the trend is the line's "
         "change from the shallowest to the deepest size (gap: points of %, its interval from the depths' scatter about "
         "the line or, where that is below it, the noise floor per seed; M: the ratio of the line's M at the two ends, "
-        "a point estimate)"
+        "a point estimate); then where the line crosses 0, in sublayers, with Fieller's interval from the same noise"
     )
     gap = with_interval("gap (%)", settings) if has_intervals(settings) else "gap (%)"
     header = ("variant", "size", "sublayers", gap, "M", "reading")
