@@ -22,6 +22,7 @@ No torch.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -36,6 +37,24 @@ from sweeps.slurm import PENDING, job_alive, jobs_of, squeue_states
 from sweeps.specs import PlannedRun
 
 STATES = ("done", "running", "queued", "interrupted", "failed", "diverged", "unreadable")
+LOG_TAIL_BYTES = 4096  # the last lines of train.log: a few "step N/M ..." lines (attnres.training.run_log)
+_STEP_LINE = re.compile(rb"^step (\d+)/(\d+) ", re.MULTILINE)
+
+
+def logged_step(run_dir: Path) -> int | None:
+    """The last step a run's ``train.log`` reports (``step 1325/4162  tokens ...``), or None. ``run.parquet`` is
+    written at evaluations and checkpoints only, so a long run between them (a WSD trunk, evaluated at its end) read
+    step 0 there for its whole life; the log's plain lines (a batch job's, every ``train.log_interval`` steps) say
+    where it is. A run on a TTY prints a progress bar instead, and falls back to ``run.parquet``."""
+    try:
+        with open(run_dir / "train.log", "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            tail = f.read()
+    except OSError:
+        return None
+    found = _STEP_LINE.findall(tail)
+    return int(found[-1][0]) if found else None
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,8 @@ def folder_state(run_dir: Path, size: str, variant: str, queue: dict[str, str] |
     job_state = queue.get(job) if (queue is not None and job) else None
     step = row["step"] if row else 0
     max_steps = row["max_steps"] if row else None
+    if row and row["status"] == "running":  # between two writes of run.parquet: the log knows the step
+        step = max(step, logged_step(run_dir) or 0)
     progress = f"step {step}/{max_steps}" if max_steps else ""
     status = row["status"] if row else None
     on_job = f"SLURM job {job} {job_state}" if job_state else ""
