@@ -44,11 +44,19 @@ def read_tuned(
     hint = f"run `{command}` first (or set lr to a value)"
     if not path.is_file():
         raise TunedValuesMissing(f"lr: {lr} needs tuned values, but {path} does not exist; {hint}")
+    from attnres.config import DuplicateKey, _yaml_loader
+
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        # the grid's own loader: a rate written twice for one cell (a hand edit) is refused, not the last one kept
+        data = yaml.load(path.read_text(), Loader=_yaml_loader()) or {}  # noqa: S506 (a SafeLoader)
+    except DuplicateKey as dup:
+        raise ConfigError(
+            f"{path}: key {dup.key!r} is given twice in one mapping (lines {dup.first} and {dup.again}), and YAML "
+            f"would keep the second without a word; remove one of them, or {hint}"
+        ) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML ({err}); {hint}") from None
-    if not isinstance(data.get("sizes"), Mapping):
+    if not isinstance(data, Mapping) or not isinstance(data.get("sizes"), Mapping):
         raise ConfigError(f"{path} has no sizes: section; {hint}")
     if owner and data.get("sweep") not in (None, owner):  # another grid's tuning writes it (check_writer)
         hint = f"tune them with `attnres tune {data['sweep']} --results {results} --variants ...` first"

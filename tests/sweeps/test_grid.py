@@ -193,6 +193,21 @@ def test_lr_tuned_without_a_tuned_file_names_the_command(tmp_path):
         expand(grid, tmp_path / "res")
 
 
+def test_a_tuned_file_with_a_key_written_twice_is_refused_naming_the_lines(tmp_path):
+    """A hand-edited tuned file that gives one size's baseline twice: YAML would keep the second rate without a
+    word; the grid that reads it stops with the file, the key and both lines instead."""
+    grid = load_grid(write(tmp_path, grid_with(lr="tuned")))
+    path = grid.tuned_file(tmp_path / "res")
+    path.parent.mkdir(parents=True)
+    size = grid.sizes[0].name
+    path.write_text(f"sweep: {grid.name}\nsizes:\n  {size}:\n    baseline: {{lr: 0.003}}\n    baseline: {{lr: 0.03}}\n")
+    with pytest.raises(ConfigError, match=r"tuned\.yaml: key 'baseline' is given twice .*lines 4 and 5"):
+        expand(grid, tmp_path / "res")
+    path.write_text("- a list\n")  # not a mapping at all
+    with pytest.raises(ConfigError, match=r"has no sizes: section"):
+        expand(grid, tmp_path / "res")
+
+
 def test_plan_prints_the_table_and_trains_nothing(tmp_path):
     path = write(tmp_path, TINY)
     results = tmp_path / "results"
