@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.cli_helpers import attnres
 from tests.synthetic_results import write_synthetic_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,12 +83,7 @@ def test_a_terminal_that_reports_0_columns_gets_plain_lines(monkeypatch):
 
 def test_train_redirected_writes_plain_lines_and_no_bar(tmp_path):
     tiny = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.seq_len=64", "model.residual=baseline"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "train", *tiny, "train.tokens=20000", "--out", str(tmp_path / "run")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = attnres("train", *tiny, "train.tokens=20000", "--out", tmp_path / "run")  # stdout and stderr: not a tty
     assert proc.returncode == 0, proc.stderr
     both = proc.stdout + proc.stderr
     assert "\r" not in both and "it/s" not in both, both[-2000:]
@@ -103,12 +98,7 @@ def test_a_warning_is_one_line_of_text_without_the_source_line(tmp_path):
     index = table.schema.get_field_index("val_loss")
     table = table.set_column(index, table.schema.field(index), pa.array([None], pa.float64()))
     pq.write_table(table, victim)
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "fit", str(tree.root), "--n-boot", "20"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = attnres("fit", tree.root, "--n-boot", "20")
     warned = [line for line in proc.stderr.splitlines() if "dropped 1 finished run(s)" in line]
     # once: the fit chooses the sweep's points for each of its analyses, and said it 4 times
     assert len(warned) == 1 and warned[0].startswith("attnres fit: warning: dropped 1 finished run(s)"), proc.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -16,6 +14,7 @@ from analysis import fit_results, load_results
 from analysis.envelope import envelope_points, fit_envelopes
 from analysis.one_shape import one_shape_comparison
 from analysis.tables import format_report
+from tests.cli_helpers import attnres
 from tests.synthetic_results import PAPER_BASELINE, write_synthetic_results
 
 MULTIPLIERS = {"baseline": 1.0, "full": 1.3, "block": 1.2, "denseformer": 1.0}
@@ -141,11 +140,7 @@ def test_a_sweep_with_several_budgets_or_no_baseline_has_no_one_shape_comparison
 
 def test_the_cli_prints_and_saves_it_and_exits_0(tmp_path):
     tree = _one_shape(tmp_path, noise=0.002)
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", "fit", str(tree.root), "--lr", "envelope"],
-        capture_output=True,
-        text=True,
-    )
+    done = attnres("fit", tree.root, "--lr", "envelope")
     assert done.returncode == 0, done.stderr
     assert "every curve at L4-d240" in done.stdout and "Student t interval on 3 df" in done.stdout
     assert "not fitted" not in done.stdout  # one note for the sweep, not one per curve's single budget
@@ -180,12 +175,7 @@ def test_the_report_of_a_one_shape_sweep_says_why_it_has_no_multiplier_and_shows
     missing second budget, and the sweep's section has the gaps; no per-curve 'not fitted' notes."""
     tree = _one_shape(tmp_path, noise=0.002)
     out = tmp_path / "report"
-    done = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "report", str(tree.root), "--lr", "envelope", "--out", str(out)]
-        + ["--no-svg", "--no-html", "--n-boot", "0"],
-        capture_output=True,
-        text=True,
-    )
+    done = attnres("report", tree.root, "--lr", "envelope", "--out", out, "--no-svg", "--no-html", "--n-boot", "0")
     assert done.returncode == 0, done.stderr
     assert "no multiplier: sweep `synthetic` is one shape and one budget" in done.stdout
     assert "skipped scaling_curves (sweep synthetic): one model shape and one budget" in done.stdout

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from analysis import ResultsError, fit_results, load_results
+from tests.cli_helpers import attnres
 from tests.synthetic_results import write_synthetic_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,10 +66,10 @@ def test_bad_pools_are_refused_before_any_fit(split, tmp_path):
 def test_attnres_fit_pool(split, tmp_path):
     _, first, second = split
     out = tmp_path / "fit.json"
-    cmd = [sys.executable, "-m", "analysis.cli", "fit", str(first), "--pool", str(second), "--n-boot", "20"]
-    proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    cmd = ["fit", first, "--pool", second, "--n-boot", "20"]
+    proc = attnres(*cmd, "--out", out)
     assert proc.returncode == 0, proc.stderr
     saved = json.loads(out.read_text())
     assert saved["pooled_dirs"] == [str(second)] and saved["n_runs"] == len(load_results(first, pool=[second]).runs)
-    bad = subprocess.run([*cmd[:-4], "--pool", str(tmp_path / "nowhere")], cwd=ROOT, capture_output=True, text=True)
+    bad = attnres(*cmd[:-4], "--pool", tmp_path / "nowhere")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--pool" in bad.stderr

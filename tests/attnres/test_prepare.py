@@ -22,6 +22,7 @@ from attnres.data.corpus import load_corpus
 from attnres.data.errors import DataError
 from attnres.data.prepare import MANIFEST, PrepareSpec, prepare, unit_tokens_in_order
 from attnres.data.tokenizer import load_tokenizer_file
+from tests.cli_helpers import attnres
 
 WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()
 
@@ -47,6 +48,8 @@ def corpus_folder(root: Path, n_files: int = 6, n_words: int = 20_000) -> Path:
 
 
 def run_prepare(*args: str, **kwargs) -> subprocess.Popen:
+    """``attnres data prepare ARGS`` started in a fresh process: to kill it, and for two at once (the other tests run
+    the command in-process, tests.cli_helpers.attnres)."""
     return subprocess.Popen(
         [sys.executable, "-m", "attnres.cli", "data", "prepare", *args, "--no-progress"],
         stdout=subprocess.PIPE,
@@ -207,9 +210,9 @@ def test_bad_input_gets_one_clear_error_and_leaves_nothing_half_written(tmp_path
         setup(src)
     tokenizer = "bytes" if setup else "bpe:12"
     out = tmp_path / "out"
-    result = run_prepare(str(src), "--tokenizer", tokenizer, "--out", str(out))
-    assert result.wait(timeout=120) == 2
-    message = result.stderr.read().strip().splitlines()[-1]
+    result = attnres("data", "prepare", src, "--tokenizer", tokenizer, "--out", out, "--no-progress")
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("attnres data: error:")
     for fragment in fragments:
         assert fragment in message

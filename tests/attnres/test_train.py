@@ -21,12 +21,15 @@ from attnres.config import ConfigError, resolve_run_config
 from attnres.storage import locks, schema
 from attnres.training.run import train
 from tests.attnres.grad_norms import assert_layer_norms_combine
+from tests.cli_helpers import attnres
 from tests.conftest import TINY, needs_cxx
 
 ATTNRES = [sys.executable, "-m", "attnres.cli"]
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``attnres ARGS`` in a fresh process: for a kill and resume, and what a process reads from its environment (the
+    other tests run the command in-process, tests.cli_helpers.attnres)."""
     return subprocess.run(
         [*ATTNRES, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy()
     )
@@ -110,7 +113,7 @@ def test_a_run_on_a_prepared_bpe_corpus_logs_bits_per_byte_from_the_manifest(tmp
     import json
 
     prepared = tmp_path / "bpe"
-    prep = run_cli("data", "prepare", "builtin", "--tokenizer", "bpe:1024", "--out", str(prepared), "--no-progress")
+    prep = attnres("data", "prepare", "builtin", "--tokenizer", "bpe:1024", "--out", str(prepared), "--no-progress")
     assert prep.returncode == 0, prep.stderr
     manifest = json.loads((prepared / "manifest.json").read_text())
     result = train(resolve_run_config(None, [*TINY, f"data.corpus={prepared}"]), tmp_path / "run", progress=False)
@@ -435,7 +438,7 @@ def test_a_missing_tracker_package_is_one_clear_error_before_compute(tmp_path):
 
     if importlib.util.find_spec("wandb"):
         pytest.skip("wandb is installed here")
-    result = run_cli("train", *TINY, "runtime.logger=wandb", "--out", str(tmp_path / "run"))
+    result = attnres("train", *TINY, "runtime.logger=wandb", "--out", str(tmp_path / "run"))
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]
     assert "runtime.logger=wandb needs the wandb package" in message and "attnres-scaling[wandb]" in message
@@ -518,7 +521,7 @@ def test_a_failure_before_training_resumes_keeps_the_logs_of_earlier_attempts(tm
 def test_help_lists_every_field():
     from attnres.config import SECTIONS
 
-    out = run_cli("train", "--help").stdout
+    out = attnres("train", "--help").stdout
     for section, cls in SECTIONS.items():
         for name in cls.__dataclass_fields__:
             assert f"{section}.{name}:" in out, f"{section}.{name}"
@@ -551,7 +554,7 @@ def test_help_lists_every_field():
 )
 def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fragments):
     out = tmp_path / "run"
-    result = run_cli("train", *TINY, *args, "--out", str(out))
+    result = attnres("train", *TINY, *args, "--out", str(out))
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("attnres train: error:")
@@ -563,7 +566,7 @@ def test_bad_input_fails_before_training_with_one_clear_error(tmp_path, args, fr
 def test_empty_corpus_is_rejected(tmp_path):
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "empty.txt").write_text("")
-    result = run_cli("train", *TINY, f"data.corpus={tmp_path / 'texts'}", "--out", str(tmp_path / "run"))
+    result = attnres("train", *TINY, f"data.corpus={tmp_path / 'texts'}", "--out", str(tmp_path / "run"))
     assert result.returncode == 2 and "holds no text" in result.stderr
 
 
@@ -708,7 +711,7 @@ def test_lightnings_srun_hint_is_not_printed_outside_a_slurm_allocation(tmp_path
 def test_an_unwritable_output_is_one_line_naming_the_path(tmp_path, flag):
     in_the_way = tmp_path / "a-file"
     in_the_way.write_text("not a folder")
-    result = run_cli("train", *TINY, flag, str(in_the_way / "run"))
+    result = attnres("train", *TINY, flag, str(in_the_way / "run"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert (

@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 
 import analysis  # noqa: E402
 import reports  # noqa: E402
+from tests.cli_helpers import attnres  # noqa: E402
 from tests.synthetic_results import write_synthetic_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,13 +129,7 @@ def test_report_numbers_equal_the_fit(built, tree):
 
 def test_report_numbers_equal_attnres_fit_cli(built, tree, tmp_path):
     out = tmp_path / "fit.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", "fit", str(tree), "--n-boot", str(N_BOOT), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = attnres("fit", tree, "--n-boot", N_BOOT, "--out", out)
     assert proc.returncode == 1, proc.stderr  # the tree has an unreadable run.parquet: the fit is incomplete
     assert "INCOMPLETE: 1 unreadable run(s)" in proc.stdout
     assert json.loads(out.read_text()) == json.loads(built.report_json.read_text())["fit"]
@@ -553,13 +548,7 @@ def test_attnres_report_command(tree, tmp_path):
     except Exception as err:  # another part of the CLI failing to import is not this package's test
         pytest.skip(f"attnres CLI not buildable here: {err}")
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "report", str(tree), "--out", str(out), "--n-boot", "20", "--no-svg"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = attnres("report", tree, "--out", out, "--n-boot", "20", "--no-svg")
     assert proc.returncode == 1, proc.stderr  # written; incomplete (the tree has an unreadable run.parquet)
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert "headline" in proc.stdout

@@ -3,15 +3,13 @@ each cell's shape solved for the count, and one clear error before any compute f
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
 from attnres.config import ConfigError, ModelConfig
 from attnres.costs import count_params, run_budget
 from sweeps import load_grid
+from tests.cli_helpers import attnres
 
 ARCH = {
     "name": "arch",
@@ -96,11 +94,7 @@ def test_a_ladder_beside_the_architecture_is_refused():
 def test_the_plan_refuses_a_bad_cell_in_one_line_before_any_run(tmp_path):
     path = tmp_path / "arch.yaml"
     path.write_text(yaml.safe_dump(arch(architecture={"tolerance": 0.02})))
-    done = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path), "--results", str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-    )
+    done = attnres("sweep", "plan", path, "--results", tmp_path / "r")
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and "ladder.architecture: the cell n_layer" in done.stderr
     assert not (tmp_path / "r").exists()

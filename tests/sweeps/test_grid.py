@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from sweeps import expand, load_grid, model_of_size, tokens_for
 from sweeps.expansion import expand_runs, make_run
 from sweeps.ladder import BudgetSpec, size_params
 from sweeps.lookup import GRID_DIR, grid_files
+from tests.cli_helpers import attnres
 
 TINY = {
     "name": "tiny",
@@ -211,12 +210,7 @@ def test_a_tuned_file_with_a_key_written_twice_is_refused_naming_the_lines(tmp_p
 def test_plan_prints_the_table_and_trains_nothing(tmp_path):
     path = write(tmp_path, TINY)
     results = tmp_path / "results"
-    out = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path), "--results", str(results)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = attnres("sweep", "plan", path, "--results", results)
     assert out.returncode == 0, out.stderr
     for fragment in (
         "run_id",
@@ -255,9 +249,7 @@ def test_plan_shows_the_datas_tokens_and_warns_above_one_epoch(tmp_path):
 
 def test_plan_rejects_a_bad_grid_with_exit_code_2(tmp_path):
     path = write(tmp_path, grid_with(variants=["baseline", "fancy"]))
-    out = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path)], capture_output=True, text=True, timeout=120
-    )
+    out = attnres("sweep", "plan", path)
     assert out.returncode == 2
     assert "unknown variant 'fancy'" in out.stderr
 
@@ -309,12 +301,7 @@ def test_a_batch_that_does_not_split_over_the_gpus_is_rejected_by_the_slurm_plan
     path = write(
         tmp_path, grid_with(slurm={"gpus_per_node": 8}, defaults={**TINY["defaults"], "train": {"batch_size": 12}})
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", "sweep", "plan", str(path), "--launcher", "slurm"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = attnres("sweep", "plan", path, "--launcher", "slurm")
     assert out.returncode == 2 and "batch_size=12 does not split over its 8 devices" in out.stderr
 
 
@@ -380,16 +367,10 @@ def test_the_ablations_grid_has_the_papers_table_4_rows():
     } <= variants
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnres.cli", *args], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
-
-
 def test_a_plan_before_tuning_shows_the_runs_to_be_tuned_and_the_tuning(tmp_path):
     """`sweep plan` of an lr: tuned grid on a fresh clone trains nothing, so it does not need the tuned values."""
     data = grid_with(lr="tuned", tune={"budget": {"tokens": 4000}, "trials": 3})
-    out = cli("sweep", "plan", str(write(tmp_path, data)), "--results", str(tmp_path / "res"))
+    out = attnres("sweep", "plan", str(write(tmp_path, data)), "--results", str(tmp_path / "res"))
     assert out.returncode == 0, out.stderr
     assert "baseline-L2-d32-s0-?" in out.stdout and " tuned " in out.stdout
     assert "tuning first: 5 trial runs (3 + 2 finalists" in out.stdout and "attnres tune" in out.stdout
@@ -397,26 +378,26 @@ def test_a_plan_before_tuning_shows_the_runs_to_be_tuned_and_the_tuning(tmp_path
 
 
 def test_the_shipped_study_plans_on_a_fresh_clone(tmp_path):
-    out = cli("sweep", "plan", "cpu_small", cwd=tmp_path)
+    out = attnres("sweep", "plan", "cpu_small", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "40 runs" in out.stdout and "tuning first: 50 trial runs" in out.stdout
     assert "attnres tune cpu_small --results RESULTS" in out.stdout  # a shipped grid by its name, not its path
 
 
 def test_status_before_tuning_and_without_a_grid_shows_what_exists(tmp_path):
-    out = cli("sweep", "status", "cpu_small", cwd=tmp_path)
+    out = attnres("sweep", "status", "cpu_small", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "sweep cpu_small: 0 runs" in out.stdout and "attnres tune cpu_small" in out.stdout
-    bare = cli("sweep", "status", cwd=tmp_path)
+    bare = attnres("sweep", "status", cwd=tmp_path)
     assert bare.returncode == 0, bare.stderr
     assert "no runs under results/ yet" in bare.stdout
     committed = GRID_DIR.parent / "studies" / "cpu_small" / "results"
-    listing = cli("sweep", "status", "--results", str(committed)).stdout
+    listing = attnres("sweep", "status", "--results", str(committed)).stdout
     assert "sweep cpu_small: 40 runs: 40 done" in listing and "sweep cpu_lr: 24 runs: 24 done" in listing
 
 
 def test_help_lists_every_shipped_grid():
-    out = cli("sweep", "plan", "--help").stdout
+    out = attnres("sweep", "plan", "--help").stdout
     shipped = sorted(grid_files())  # sweeps/*.yaml and the committed studies' grids
     assert len(shipped) >= 7 and all(name in " ".join(out.split()) for name in shipped)
 
@@ -459,8 +440,7 @@ def test_sweep_throughput_times_every_variant_of_every_size_side_by_side(tmp_pat
     assert set(entries) == {("baseline", None), ("full", None), ("block", 2)}
     assert all(e["tokens_per_s"] > 0 and e["flops_per_s"] > e["tokens_per_s"] for e in entries.values())
     assert all(len(e["rounds"]) == 2 for e in entries.values())
-    cmd = [sys.executable, "-m", "attnres.cli", "sweep", "throughput", "smoke", "--results", str(tmp_path)]
-    bad = subprocess.run([*cmd, "--steps", "0"], capture_output=True, text=True, timeout=120)
+    bad = attnres("sweep", "throughput", "smoke", "--results", tmp_path, "--steps", "0")
     assert bad.returncode == 2 and "--steps and --rounds must be at least 1" in bad.stderr
     assert not (tmp_path / "smoke" / "throughput.json").exists()  # a bad argument measured and wrote nothing
     path = write(tmp_path, grid, data)

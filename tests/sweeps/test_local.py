@@ -17,6 +17,7 @@ from sweeps import expand, expand_runs, load_grid, run_grid
 from sweeps.claim import read_status
 from sweeps.plan import plan
 from sweeps.status import sweep_status
+from tests.cli_helpers import attnres
 
 GRID = {
     "name": "tiny",
@@ -34,6 +35,8 @@ ROW = ("status", "step", "val_loss", "max_steps", "tokens")
 
 
 def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``attnres ARGS`` in a fresh process, beside a launcher the test kills (the integration tier's tests; the others
+    run the command in-process, tests.cli_helpers.attnres)."""
     return subprocess.run(
         [sys.executable, "-m", "attnres.cli", *args], capture_output=True, text=True, timeout=600, **kwargs
     )
@@ -118,7 +121,7 @@ def test_running_a_finished_sweep_again_trains_nothing_and_says_so(reference, gr
     results, _ = reference
     files = sorted(p for p in (results / "tiny").rglob("*") if p.is_file())
     before = {p: p.stat().st_mtime_ns for p in files}
-    out = cli("sweep", "run", str(grid_file), "--results", str(results))
+    out = attnres("sweep", "run", str(grid_file), "--results", str(results))
     assert out.returncode == 0, out.stderr
     assert "nothing to train: all 4 runs of sweep tiny are already finished" in out.stdout
     assert {p: p.stat().st_mtime_ns for p in files} == before
@@ -233,14 +236,14 @@ def test_two_launchers_at_once_share_the_work(grid_file, tmp_path):
 
 def test_status_shows_every_run(reference, grid_file, tmp_path):
     results, _ = reference
-    out = cli("sweep", "status", str(grid_file), "--results", str(results))
+    out = attnres("sweep", "status", str(grid_file), "--results", str(results))
     assert out.returncode == 0
     runs = expand(load_grid(grid_file))
     for run in runs:
         line = next(line for line in out.stdout.splitlines() if line.startswith(run.run_id))
         assert " done " in line and "118/118" in line
     assert "sweep tiny: 4 runs: 4 done" in out.stdout
-    fresh = cli("sweep", "status", str(grid_file), "--results", str(tmp_path / "empty"))
+    fresh = attnres("sweep", "status", str(grid_file), "--results", str(tmp_path / "empty"))
     assert "4 queued" in fresh.stdout and "not started" in fresh.stdout
 
 

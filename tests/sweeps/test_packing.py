@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from attnres.config import ConfigError
 from sweeps.packing import Job, file_rates, pack
+from tests.cli_helpers import attnres
 
 
 def test_runs_that_fit_side_by_side_share_the_devices():
@@ -57,13 +56,11 @@ def test_the_paper_grid_packed_onto_64_gpus_prints_its_elapsed_time(tmp_path):
     rate = tmp_path / "rate.json"
     rate.write_text(json.dumps({"flops_per_s": 3e14}))
     args = ["sweep", "plan", "paper", "runtime.device_memory_gb=null", "--gpus", "64", "--results", str(tmp_path)]
-    out = subprocess.run([sys.executable, "-m", "attnres.cli", *args], capture_output=True, text=True, timeout=300)
+    out = attnres(*args)
     assert out.returncode == 0, out.stderr
     packed = [line for line in out.stdout.splitlines() if line.startswith("packed onto 64 devices")]
     assert packed and "(32/48 per run)" in packed[0] and "elapsed" in packed[0], out.stdout
     assert "strands 16 device(s)" in out.stdout  # each 6-node run beside 4-node ones
     assert "guess, never measured" in out.stdout  # the default GPU rate says what it is
-    measured = subprocess.run(
-        [sys.executable, "-m", "attnres.cli", *args, "--flops-file", str(rate)], capture_output=True, text=True
-    )
+    measured = attnres(*args, "--flops-file", rate)
     assert measured.returncode == 0 and "throughput: file" in measured.stdout, measured.stdout + measured.stderr

@@ -12,6 +12,7 @@ import yaml
 from attnres.config import ConfigError
 from sweeps import expand, load_grid
 from sweeps.claim import read_status
+from tests.cli_helpers import attnres
 
 GRID = {
     "name": "tinytune",
@@ -83,25 +84,7 @@ def test_a_grid_with_lr_tuned_picks_the_values_up(tuned):
 def test_tuning_again_tops_up_instead_of_starting_over(tuned):
     grid_file, results, _ = tuned
     before = sorted(p.name for p in (results / "tinytune-tune").iterdir())
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attnres.cli",
-            "tune",
-            str(grid_file),
-            "--results",
-            str(results),
-            "--variants",
-            "baseline",
-            "full",
-            "--threads",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = attnres("tune", grid_file, "--results", results, "--variants", "baseline", "full", "--threads", "1")
     assert out.returncode == 0, out.stderr
     assert "tuned 2 (size, variant) pair(s)" in out.stdout
     assert sorted(p.name for p in (results / "tinytune-tune").iterdir()) == before  # no new trial
