@@ -31,7 +31,7 @@ _EXPORTS = {
     "ChinchillaFit": "analysis.fit",
     "DELTA_FLOOR": "analysis.optimizer",
     "PFLOP_S_DAY": "analysis.laws",
-    "FORMS": "analysis.laws",
+    "FORMS": "analysis.forms",
     "Estimate": "analysis.bootstrap",
     # multipliers
     "compute_multiplier": "analysis.multiplier",

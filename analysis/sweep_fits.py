@@ -33,19 +33,18 @@ import numpy as np
 import pandas as pd
 
 from analysis.architecture import ArchitectureGrid, architecture_grid
-from analysis.bootstrap import Estimate, estimate
+from analysis.bootstrap import Estimate
 from analysis.checks import check_budget_ranges, check_variant_names, did_you_mean, missing_seeds
 from analysis.depth import depth_trend
 from analysis.diagnostics import budget_gaps, choose_exponent, exponent_test, lack_of_fit, reliability
 from analysis.envelope import has_rate_sweeps
 from analysis.errors import AnalysisError, FitInputError
-from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit, fit_chinchilla, joint_result
+from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit, curve_estimates, fit_chinchilla, joint_result
+from analysis.forms import law_params
 from analysis.frontier import FrontierMultiplier, frontier_multipliers
-from analysis.laws import OFFSET_POWER, law_params
 from analysis.load import Results, load_results, may_belong, sweep_of
 from analysis.local import local_multipliers
 from analysis.metric import with_metric
-from analysis.models import law_arrays
 from analysis.multiplier import wall_clock_multiplier
 from analysis.one_shape import ONE_SHAPE, one_shape_comparison
 from analysis.paired import PairedMultiplier, agreement, paired_multiplier
@@ -86,21 +85,18 @@ from attnres.variants import Variant
 
 def _power_fit(study: Study, label: str, settings: FitSettings) -> PowerLawFit:
     cf, data = study.fits[label], study.data[label]
-    law = cf.model.law(cf.theta)
-    samples: dict[str, np.ndarray | None] = {"A": None, "alpha": None, "E": None}
+    curve = cf.law.curve(cf.model, cf.theta)
+    samples = None
     failed = 0
     if study.n_boot > 0:
         ok = study.ok[label]
         failed = int((~ok).sum())
-        log_a, alpha, e_value = law_arrays(cf.model, study.theta[label][ok])
-        samples = {"A": np.exp(log_a), "alpha": alpha, "E": e_value}
+        samples = cf.law.draws(cf.model, study.theta[label][ok])
     df = study.df(label)
     return PowerLawFit(
         form=study.form,
-        law=law,
-        A=estimate(law.A, samples["A"], settings.level, df, failed),
-        alpha=estimate(law.alpha, samples["alpha"], settings.level, df, failed),
-        E=estimate(law.E, samples["E"], settings.level, df, failed) if study.form == OFFSET_POWER else None,
+        law=curve,
+        **curve_estimates(cf.law, curve, samples, settings.level, df, failed),
         status=cf.solution.status,
         message=cf.solution.message,
         objective=cf.solution.objective,
@@ -457,7 +453,7 @@ def _variant_multiplier(
     unshared = multiplier_estimates(curves_log_multiplier(study, label, base, np.array([c_max])), level)[0]
     shared = None
     if study.joint is not None:
-        shared = multiplier_estimates(shared_log_multiplier(study, label, base), level)[0]
+        shared = multiplier_estimates(shared_log_multiplier(study, label, base, np.array([c_max])), level)[0]
     test = exponent_test(study, label, base, level)
     tests = {lab: lack_of_fit(study, lab) for lab in (base, label)}
     reliable, why = reliability(study, label, base, tests)

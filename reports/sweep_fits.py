@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from analysis.forms import law_for
 from analysis.robust_tables import (
     envelope_table,
     paired_table,
@@ -75,10 +76,11 @@ def fit_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
             Table(gaps.frame()),
         ]
     else:
+        law = law_for(ctx.fit.settings.form)
         blocks.append(
             Paragraph(
-                "No curve could be fitted in this sweep: a curve needs finished runs at two or more budgets "
-                "(three with E + A C^-alpha); see the notes below."
+                f"No curve could be fitted in this sweep: a curve needs finished runs at {law.n_params} or more "
+                f"budgets for the form {law.short}; see the notes below."
             )
         )
     if sw.architecture is not None:
