@@ -366,7 +366,9 @@ def fit_power_law(
     run_ids: Sequence[str] | None = None,
     n_starts: int = DEFAULT_STARTS,
 ) -> PowerLawFit:
-    """Fit ``L = A * C^-alpha`` (``form="A*C^-alpha"``) or ``L = E + A * C^-alpha`` (``form="E+A*C^-alpha"``).
+    """Fit one curve of ``form`` (any name or alias of :data:`analysis.forms.FORMS`): ``L = A * C^-alpha``
+    (``"A*C^-alpha"``, the default), ``L = E + A * C^-alpha`` (``"E+A*C^-alpha"``) or the curved power law
+    (``"curved"``).
 
     ``compute`` and ``loss`` hold one value per run (any compute unit; the parameters are in that unit).
     Intervals (at ``level``) come from a seeded residual bootstrap with ``n_boot`` replicates (0: none).
