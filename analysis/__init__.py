@@ -25,13 +25,15 @@ _EXPORTS = {
     "fit_power_law_joint": "analysis.fit",
     "fit_chinchilla": "analysis.fit",
     "PowerLaw": "analysis.laws",
+    "CurvedPowerLaw": "analysis.laws",
     "ChinchillaLaw": "analysis.laws",
     "PowerLawFit": "analysis.fit",
     "JointPowerLawFit": "analysis.fit",
     "ChinchillaFit": "analysis.fit",
     "DELTA_FLOOR": "analysis.optimizer",
     "PFLOP_S_DAY": "analysis.laws",
-    "FORMS": "analysis.laws",
+    "FORMS": "analysis.forms",  # canonical form name -> its LawForm (iterating gives the names, as the tuple did)
+    "LawForm": "analysis.forms",
     "Estimate": "analysis.bootstrap",
     # multipliers
     "compute_multiplier": "analysis.multiplier",

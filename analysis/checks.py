@@ -1,8 +1,8 @@
 """Checks of a sweep's points before any scaling law is fitted: what the data cannot support is said up front.
 
-* :func:`check_form_budgets`: a curve with two budgets cannot be fitted with the three-parameter form
-  ``E+A*C^-alpha``; that is the user's choice of form against the data, so it is a :class:`FitInputError`
-  (a curve with one budget, an ablation point, is fitted in neither form and only gets a note).
+* :func:`check_form_budgets`: a curve with fewer budgets than the form has parameters (two under a three-parameter
+  form such as ``E+A*C^-alpha``) cannot be fitted; that is the user's choice of form against the data, so it is a
+  :class:`FitInputError` (a curve with one budget, an ablation point, is fitted in no form and only gets a note).
 * :func:`check_budget_ranges`: a curve whose compute range does not overlap the baseline's would get every
   multiplier by extrapolating the baseline's law beyond its data: a :class:`FitInputError`.
 * :func:`missing_seeds`: a (curve, budget) without a seed that another curve ran at the same budget. Not an
@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import AnalysisError, FitInputError
-from analysis.laws import OFFSET_POWER
+from analysis.forms import law_for
+from analysis.laws import POWER
 from analysis.select import BUDGET_RTOL, curve_labels
 from analysis.settings import DEFAULT_BASELINE, FitSettings
 
@@ -37,11 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def check_form_budgets(sweep: str, label: str, n_budgets: int, form: str) -> None:
-    """Refuse a curve with two budgets under the three-parameter form (one budget is no scaling curve at all)."""
-    if form == OFFSET_POWER and n_budgets == 2:
+    """Refuse a curve with fewer budgets than the form has parameters (one budget is no scaling curve at all: it
+    only gets a note), the user's choice of form against the data."""
+    law = law_for(form)
+    if 1 < n_budgets < law.n_params:
+        more = "a third budget" if law.n_params - n_budgets == 1 and n_budgets == 2 else "more budgets"
         raise FitInputError(
-            f"sweep {sweep!r}: {label!r} has 2 budgets, too few for the form E+A*C^-alpha, which has 3 parameters "
-            "(E, A, alpha); use --form 'A*C^-alpha', run it at a third budget, or leave the sweep out with --sweep"
+            f"sweep {sweep!r}: {label!r} has {n_budgets} budgets, too few for the form {law.name}, which has "
+            f"{law.n_params} parameters ({law.params_text}); use --form '{POWER}', run it at {more}, or leave the "
+            "sweep out with --sweep"
         )
 
 

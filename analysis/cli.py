@@ -38,11 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "fit",
         help="fit scaling laws and the effective compute multiplier (with confidence intervals)",
         description=(
-            "Fit L = A * C^-alpha (or E + A * C^-alpha) per variant in every sweep under RESULTS_DIR, a joint fit "
-            "with a shared exponent, the effective compute multiplier M(C) = C_base(L_var(C)) / C of every variant "
-            "over the baseline at each budget and at the largest, with bootstrap intervals, the wall-clock "
-            "multiplier, and the Chinchilla surface where N and D vary independently. Prints a table and writes "
-            "the same numbers at full precision to RESULTS_DIR/fit.json. See docs/analysis.md."
+            "Fit a law in compute (--form; by default the paper's L = A * C^-alpha) per variant in every sweep under "
+            "RESULTS_DIR, a joint fit with a shared exponent, the effective compute multiplier "
+            "M(C) = C_base(L_var(C)) / C of every variant over the baseline at each budget and at the largest, with "
+            "bootstrap intervals, the wall-clock multiplier, and the Chinchilla surface where N and D vary "
+            "independently. Prints a table and writes the same numbers at full precision to RESULTS_DIR/fit.json. "
+            "See docs/analysis.md."
         ),
     )
     parser.add_argument(

@@ -119,10 +119,7 @@ def exponent_test(study: Study, label: str, base: str, level: float) -> Exponent
     """alpha_var - alpha_base from the separate fits, with its interval and bootstrap p-value."""
     d = exponent_difference(study, label, base)
     diff = estimate(float(d.value[0]), None if d.draws is None else d.draws[:, 0], level, d.df, d.failed)
-    scale = max(
-        abs(float(m.alpha(study.fits[lab].theta[None])[0]))
-        for lab, m in ((base, study.fits[base].model), (label, study.fits[label].model))
-    )
+    scale = max(abs(float(f.law.exponent(f.model, f.theta[None])[0])) for f in (study.fits[base], study.fits[label]))
     # "differ" needs strong evidence (the 99% interval excludes 0), not the table's level: the headline switches
     # to the separate fits when it does, and given a switch by chance their interval covers a third to a half
     # of the time (docs/analysis.md, "Exponent test")

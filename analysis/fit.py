@@ -1,7 +1,7 @@
 """Scaling-law fits on arrays: the public fitting functions and the results they return.
 
-    fit_power_law         L = A * C^-alpha or L = E + A * C^-alpha    (the forms of :mod:`analysis.laws`)
-    fit_power_law_joint   either form over several curves with shared E and alpha and one A per curve
+    fit_power_law         L = A * C^-alpha, L = E + A * C^-alpha, ...  (the forms of :mod:`analysis.forms`)
+    fit_power_law_joint   one form over several curves, its shape shared (alpha, and E or beta), one A per curve
     fit_chinchilla        L(N, D) = E + A / N^alpha + B / D^beta
 
 Each fit minimises a robust loss on log residuals (pseudo-Huber, its scale ``delta`` set from the residuals of a
@@ -16,7 +16,6 @@ Pure numpy/scipy on arrays: no torch, no I/O, no plotting.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +34,9 @@ from analysis.bootstrap import (
     residual_draws,
 )
 from analysis.errors import FitInputError
-from analysis.laws import OFFSET_POWER, POWER, ChinchillaLaw, PowerLaw, law_params, normalize_form
-from analysis.models import ChinchillaModel, PowerModel, law_arrays
+from analysis.forms import LawForm, law_for
+from analysis.laws import POWER, ChinchillaLaw
+from analysis.models import ChinchillaModel
 from analysis.optimizer import AUTO, DEFAULT_STARTS, Solution, check_delta, minimize, refit, resolve_delta
 
 # ---------------------------------------------------------------------------------------------------------
@@ -48,13 +48,15 @@ from analysis.optimizer import AUTO, DEFAULT_STARTS, Solution, check_delta, mini
 class PowerLawFit:
     """A power law fitted to (compute, loss) points, with bootstrap intervals on its parameters.
 
-    ``law`` holds the point estimate at full precision; ``A``, ``alpha`` and ``E`` the same values with
-    their intervals (``E`` is None for the paper's form). The data are kept so that multipliers can be
-    bootstrapped from the fit (:func:`analysis.compute_multiplier`).
+    ``law`` holds the point estimate at full precision (a :class:`PowerLaw`, or the curve of another form:
+    :class:`analysis.laws.CurvedPowerLaw`); ``A``, ``alpha`` and ``E`` the same values with their intervals (``E``
+    is None for a form without it), ``extra`` the form's other parameters (beta, and the reference compute C0 as a
+    value without an interval, for the curved form). The data are kept so that multipliers can be bootstrapped
+    from the fit (:func:`analysis.compute_multiplier`).
     """
 
     form: str
-    law: PowerLaw
+    law: Any
     A: Estimate
     alpha: Estimate
     E: Estimate | None
@@ -69,10 +71,19 @@ class PowerLawFit:
     n_boot: int
     n_boot_failed: int
     seed: int
+    extra: Mapping[str, Estimate] = field(default_factory=dict)
 
     @property
     def n_points(self) -> int:
         return len(self.compute)
+
+    @property
+    def params(self) -> dict[str, Estimate]:
+        """Every parameter with its interval, in the order fit.json writes them."""
+        out = {"A": self.A, "alpha": self.alpha}
+        if self.E is not None:
+            out["E"] = self.E
+        return {**out, **self.extra}
 
     def predict(self, compute: float | np.ndarray) -> float | np.ndarray:
         return self.law.loss(compute)
@@ -81,9 +92,7 @@ class PowerLawFit:
         return self.law.compute_for_loss(loss)
 
     def to_dict(self) -> dict[str, Any]:
-        params = {"A": self.A.to_dict(), "alpha": self.alpha.to_dict()}
-        if self.E is not None:
-            params["E"] = self.E.to_dict()
+        params = {name: est.to_dict() for name, est in self.params.items()}
         return {
             "form": self.form,
             "status": self.status,
@@ -107,7 +116,7 @@ class JointPowerLawFit:
 
     form: str
     labels: tuple[str, ...]
-    laws: Mapping[str, PowerLaw]
+    laws: Mapping[str, Any]
     A: Mapping[str, Estimate]
     alpha: Estimate
     E: Estimate | None
@@ -121,9 +130,11 @@ class JointPowerLawFit:
     n_boot: int
     n_boot_failed: int
     seed: int
+    extra: Mapping[str, Estimate] = field(default_factory=dict)  # the form's other shared parameters (beta)
 
     def multiplier(self, variant: str, baseline: str) -> Estimate:
-        """M = (A_baseline / A_variant)^(1/alpha), with its interval (computed for every ordered pair)."""
+        """M = (A_baseline / A_variant)^(1/alpha), with its interval (computed for every ordered pair; for a form
+        whose M changes with compute, at the joint data's central compute)."""
         return self.multipliers[(variant, baseline)]
 
 
@@ -251,9 +262,10 @@ def _check_settings(delta: float | str, level: float, n_boot: int) -> None:
 
 @dataclass
 class CurveFit:
-    """A fitted power law in internal coordinates (used by :mod:`analysis.study` and the report)."""
+    """A fitted law in internal coordinates (used by :mod:`analysis.study` and the report): ``law`` is its form."""
 
-    model: PowerModel
+    law: LawForm
+    model: Any
     y: np.ndarray  # log loss of the points
     solution: Solution
     extra: dict = field(default_factory=dict)
@@ -272,9 +284,9 @@ class CurveFit:
         return modified_residuals(self.y - self.fitted, J[0])
 
 
-def _curve_model(compute: np.ndarray, loss: np.ndarray, form: str) -> tuple[PowerModel, np.ndarray]:
+def _curve_model(compute: np.ndarray, loss: np.ndarray, form: str | LawForm) -> tuple[Any, np.ndarray]:
     y = np.log(loss)
-    return PowerModel(np.log(compute), np.zeros(y.size, dtype=int), 1, form == OFFSET_POWER, y), y
+    return law_for(form).model(np.log(compute), np.zeros(y.size, dtype=int), 1, y), y
 
 
 def fit_curve(
@@ -282,7 +294,7 @@ def fit_curve(
 ) -> CurveFit:
     """Point fit of one curve (inputs already checked)."""
     model, y = _curve_model(compute, loss, form)
-    return CurveFit(model=model, y=y, solution=minimize(model, y, None, delta, n_starts))
+    return CurveFit(law=law_for(form), model=model, y=y, solution=minimize(model, y, None, delta, n_starts))
 
 
 def curves_delta(
@@ -304,8 +316,29 @@ def fit_joint_curves(
     log_c = np.concatenate([np.log(c) for c in computes])
     y = np.concatenate([np.log(v) for v in losses])
     group = np.concatenate([np.full(len(c), g) for g, c in enumerate(computes)])
-    model = PowerModel(log_c, group, len(computes), form == OFFSET_POWER, y)
-    return CurveFit(model=model, y=y, solution=minimize(model, y, None, delta, n_starts))
+    law = law_for(form)
+    model = law.model(log_c, group, len(computes), y)
+    return CurveFit(law=law, model=model, y=y, solution=minimize(model, y, None, delta, n_starts))
+
+
+def curve_estimates(
+    law: LawForm,
+    curve: Any,
+    samples: Mapping[str, np.ndarray] | None,
+    level: float,
+    df: float,
+    failed: int,
+) -> dict[str, Any]:
+    """The parameter fields of a :class:`PowerLawFit` (``A``, ``alpha``, ``E``, ``extra``) from the point estimate
+    ``curve`` of a form and the bootstrap replicates of its public parameters (None without a bootstrap)."""
+    est = {
+        name: estimate(getattr(curve, name), None if samples is None else samples[name], level, df, failed)
+        for name in law.param_names
+    }
+    extra = {name: value for name, value in est.items() if name not in ("A", "alpha", "E")}
+    if hasattr(curve, "C0"):  # a reference compute, not a free parameter: a value without an interval
+        extra["C0"] = Estimate(float(curve.C0), level=level)
+    return {"A": est["A"], "alpha": est["alpha"], "E": est.get("E"), "extra": extra}
 
 
 def bootstrap_curve(
@@ -333,7 +366,9 @@ def fit_power_law(
     run_ids: Sequence[str] | None = None,
     n_starts: int = DEFAULT_STARTS,
 ) -> PowerLawFit:
-    """Fit ``L = A * C^-alpha`` (``form="A*C^-alpha"``) or ``L = E + A * C^-alpha`` (``form="E+A*C^-alpha"``).
+    """Fit one curve of ``form`` (any name or alias of :data:`analysis.forms.FORMS`): ``L = A * C^-alpha``
+    (``"A*C^-alpha"``, the default), ``L = E + A * C^-alpha`` (``"E+A*C^-alpha"``) or the curved power law
+    (``"curved"``).
 
     ``compute`` and ``loss`` hold one value per run (any compute unit; the parameters are in that unit).
     Intervals (at ``level``) come from a seeded residual bootstrap with ``n_boot`` replicates (0: none).
@@ -344,14 +379,15 @@ def fit_power_law(
     >>> round(fit.alpha.value, 3), fit.status
     (0.062, 'converged')
     """
-    form = normalize_form(form)
+    law = law_for(form)
+    form = law.name
     _check_settings(delta, level, n_boot)
-    n_params = law_params(form)
+    n_params = law.n_params
     arrays, ids = clean_inputs(
         {"compute": compute, "loss": loss}, run_ids, n_params, f"fit_power_law({form})", ("compute",)
     )
     c, l = arrays["compute"], arrays["loss"]
-    samples: dict[str, np.ndarray | None] = {"A": None, "alpha": None, "E": None}
+    samples = None
     failed = 0
     with single_threaded_blas():
         delta = curves_delta([(c, l)], form, delta, n_starts)
@@ -359,16 +395,13 @@ def fit_power_law(
         if n_boot > 0:
             theta, ok = bootstrap_curve(point, n_boot, np.random.default_rng(seed), delta)
             failed = int((~ok).sum())
-            log_a, alpha, e_value = law_arrays(point.model, theta[ok])
-            samples = {"A": np.exp(log_a), "alpha": alpha, "E": e_value}
-    law = point.model.law(point.theta)
+            samples = law.draws(point.model, theta[ok])
+    curve = law.curve(point.model, point.theta)
     df = c.size - n_params
     return PowerLawFit(
         form=form,
-        law=law,
-        A=estimate(law.A, samples["A"], level, df, failed),
-        alpha=estimate(law.alpha, samples["alpha"], level, df, failed),
-        E=estimate(law.E, samples["E"], level, df, failed) if form == OFFSET_POWER else None,
+        law=curve,
+        **curve_estimates(law, curve, samples, level, df, failed),
         status=point.solution.status,
         message=point.solution.message,
         objective=point.solution.objective,
@@ -398,7 +431,8 @@ def fit_power_law_joint(
     ``data`` maps a curve name to ``(compute, loss)``. The multiplier of every ordered pair of curves,
     ``(A_b / A_v)^(1/alpha)``, comes with its residual-bootstrap interval.
     """
-    form = normalize_form(form)
+    law = law_for(form)
+    form = law.name
     _check_settings(delta, level, n_boot)
     if len(data) < 1:
         raise FitInputError("fit_power_law_joint: no curves given; pass {name: (compute, loss), ...}")
@@ -409,11 +443,11 @@ def fit_power_law_joint(
         arrays, _ = clean_inputs({"compute": compute, "loss": loss}, None, 1, f"fit_power_law_joint[{label}]")
         computes.append(arrays["compute"])
         losses.append(arrays["loss"])
-    n_params = len(labels) + law_params(form) - 1  # an A per curve, the shared exponent (and E)
+    n_params = len(labels) + law.n_params - 1  # an A per curve, the shared shape (alpha, and E or beta)
     total = sum(c.size for c in computes)
     if total < n_params:
         raise FitInputError(f"fit_power_law_joint: {total} points for {n_params} parameters; give at least {n_params}")
-    if np.unique(np.concatenate(computes)).size < law_params(form):
+    if np.unique(np.concatenate(computes)).size < law.n_params:
         raise FitInputError("fit_power_law_joint: the curves share too few distinct compute values to fit an exponent")
     failed = 0
     draws = None
@@ -453,35 +487,31 @@ def joint_result(
     draws: np.ndarray | None,
     df: float | None,
 ) -> JointPowerLawFit:
-    model, theta = point.model, point.theta
-    alpha_hat = float(model.alpha(theta)[0])
-    log_a_hat = {lab: float(model.log_a(theta, g)[0]) for g, lab in enumerate(labels)}
-    laws = {lab: model.law(theta, g) for g, lab in enumerate(labels)}
-    alpha_s = None if draws is None else model.alpha(draws)
-    log_a_s = {lab: None if draws is None else model.log_a(draws, g) for g, lab in enumerate(labels)}
+    law, model, theta = point.law, point.model, point.theta
+    laws = {lab: law.curve(model, theta, g) for g, lab in enumerate(labels)}
+    samples = {lab: None if draws is None else law.draws(model, draws, g) for g, lab in enumerate(labels)}
     multipliers = {}
-    for v in labels:
-        for b in labels:
-            value = math.exp((log_a_hat[b] - log_a_hat[v]) / alpha_hat) if alpha_hat > 0 else math.nan
-            samples = None
-            if draws is not None:
-                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                    samples = np.exp((log_a_s[b] - log_a_s[v]) / alpha_s)
-            multipliers[(v, b)] = estimate(value, samples, level, df, failed)
+    for gv, v in enumerate(labels):
+        for gb, b in enumerate(labels):
+            value, m_samples = law.joint_multiplier(model, theta, draws, gb, gv)
+            multipliers[(v, b)] = estimate(value, m_samples, level, df, failed)
+    first = labels[0]  # the shared parameters are the same on every curve
+
+    def shared(name: str) -> Estimate:
+        draws_of = None if samples[first] is None else samples[first][name]
+        return estimate(getattr(laws[first], name), draws_of, level, df, failed)
+
     return JointPowerLawFit(
         form=form,
         labels=labels,
         laws=laws,
         A={
-            lab: estimate(laws[lab].A, None if draws is None else np.exp(log_a_s[lab]), level, df, failed)
+            lab: estimate(laws[lab].A, None if samples[lab] is None else samples[lab]["A"], level, df, failed)
             for lab in labels
         },
-        alpha=estimate(alpha_hat, alpha_s, level, df, failed),
-        E=(
-            estimate(float(theta[0]), None if draws is None else draws[:, 0], level, df, failed)
-            if model.offset
-            else None
-        ),
+        alpha=shared("alpha"),
+        E=shared("E") if "E" in law.shared_names else None,
+        extra={name: shared(name) for name in law.shared_names if name not in ("alpha", "E")},
         multipliers=multipliers,
         status=point.solution.status,
         message=point.solution.message,

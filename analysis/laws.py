@@ -1,13 +1,14 @@
-"""Scaling laws as parameters only: the curve forms, :class:`PowerLaw` and :class:`ChinchillaLaw`.
+"""Scaling laws as parameters only: the curves :class:`PowerLaw`, :class:`CurvedPowerLaw` and :class:`ChinchillaLaw`.
 
-Forms (C: compute, N: non-embedding parameters, D: training tokens)::
+Curves (C: compute, N: non-embedding parameters, D: training tokens)::
 
-    "A*C^-alpha"      L = A * C^-alpha                      the paper's form
-    "E+A*C^-alpha"    L = E + A * C^-alpha                  with an irreducible loss E
-    Chinchilla        L(N, D) = E + A / N^alpha + B / D^beta
+    PowerLaw          L = A * C^-alpha  or  L = E + A * C^-alpha     (the forms "A*C^-alpha", "E+A*C^-alpha")
+    CurvedPowerLaw    L = A * (C/C0)^-(alpha + beta ln(C/C0))        (the form "A*C^-(alpha+beta*lnC)")
+    ChinchillaLaw     L(N, D) = E + A / N^alpha + B / D^beta
 
-A law holds its parameters in the user's units and evaluates or inverts itself; fitting one is
-:mod:`analysis.fit`. Pure numpy; never imports torch.
+A curve holds its parameters in the user's units and evaluates or inverts itself. What a fit asks of a form (its
+parameter count, its internal model, its formula in words) is the form's class in :mod:`analysis.forms`; fitting
+is :mod:`analysis.fit`. Pure numpy; never imports torch.
 """
 
 from __future__ import annotations
@@ -17,36 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.errors import FitInputError
-
 PFLOP_S_DAY = 1e15 * 86400.0  # FLOPs in one PFLOP/s-day, the paper's compute unit
 POWER = "A*C^-alpha"
 OFFSET_POWER = "E+A*C^-alpha"
-FORMS = (POWER, OFFSET_POWER)
-
-_FORM_ALIASES = {
-    "a*c^-alpha": POWER,
-    "a*c**-alpha": POWER,
-    "power": POWER,
-    "paper": POWER,
-    "e+a*c^-alpha": OFFSET_POWER,
-    "e+a*c**-alpha": OFFSET_POWER,
-    "offset": OFFSET_POWER,
-}
-
-
-def law_params(form: str) -> int:
-    """The free parameters of one law of ``form``: A and alpha, and E for "E+A*C^-alpha". A curve needs more
-    distinct budgets than that for its fit to have a residual, and at least that many for a fit at all."""
-    return 3 if normalize_form(form) == OFFSET_POWER else 2
-
-
-def normalize_form(form: str) -> str:
-    """The canonical name of a curve form ("A*C^-alpha" or "E+A*C^-alpha"); spaces and case are ignored."""
-    key = "".join(str(form).split()).lower()
-    if key not in _FORM_ALIASES:
-        raise FitInputError(f"unknown form {form!r}; use one of {', '.join(repr(f) for f in FORMS)}")
-    return _FORM_ALIASES[key]
+CURVED_POWER = "A*C^-(alpha+beta*lnC)"
 
 
 @dataclass(frozen=True)
@@ -78,6 +53,50 @@ class PowerLaw:
     def in_units(self, unit: float) -> PowerLaw:
         """The same curve with compute measured in ``unit`` (e.g. ``PowerLaw(...).in_units(PFLOP_S_DAY)``)."""
         return PowerLaw(A=self.A * unit**-self.alpha, alpha=self.alpha, E=self.E)
+
+
+@dataclass(frozen=True)
+class CurvedPowerLaw:
+    """``L = A * (C/C0)^-(alpha + beta ln(C/C0))``: a power law whose log-slope changes linearly in log compute.
+
+    In log-log coordinates a parabola, ``ln L = ln A - alpha u - beta u^2`` with ``u = ln(C/C0)``: A is the loss at
+    the reference compute C0 (a fit takes the geometric mean of its points' compute, not a free parameter), alpha
+    the log-slope there and beta half the slope's change per e-fold of compute (beta < 0: the curve flattens, as
+    one approaching an irreducible loss does; beta > 0: it steepens). It is the second-order term every smooth law
+    has in log-log coordinates, so it can tell a bend from a straight line at five budgets without E's
+    asymptote. The fit is linear in (ln A, alpha, beta), so it has one minimum.
+    """
+
+    A: float
+    alpha: float
+    beta: float
+    C0: float = 1.0
+
+    @property
+    def form(self) -> str:
+        return CURVED_POWER
+
+    def loss(self, compute: float | np.ndarray) -> float | np.ndarray:
+        """The loss the curve predicts at ``compute``."""
+        u = np.log(np.asarray(compute, dtype=float) / self.C0)
+        return np.exp(math.log(self.A) - (self.alpha + self.beta * u) * u)
+
+    def compute_for_loss(self, loss: float | np.ndarray) -> float | np.ndarray:
+        """The compute at which the curve's falling branch reaches ``loss``: ``inf`` for a loss below the lowest
+        the curve reaches (it flattens, beta < 0, and turns up), ``nan`` above the highest its falling branch has."""
+        d = math.log(self.A) - np.log(np.asarray(loss, dtype=float))  # beta u^2 + alpha u - d = 0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            root = np.sqrt(self.alpha**2 + 4.0 * self.beta * d)
+            # the root that tends to d / alpha as beta -> 0, written without the cancellation of -alpha + root
+            u = 2.0 * d / (self.alpha + root)
+            out = np.where(
+                np.isfinite(root) & (self.alpha + root > 0), self.C0 * np.exp(u), np.where(d > 0, np.inf, np.nan)
+            )
+        return out if out.ndim else float(out)
+
+    def in_units(self, unit: float) -> CurvedPowerLaw:
+        """The same curve with compute measured in ``unit``: only the reference compute changes."""
+        return CurvedPowerLaw(A=self.A, alpha=self.alpha, beta=self.beta, C0=self.C0 / unit)
 
 
 @dataclass(frozen=True)

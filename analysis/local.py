@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from analysis.bootstrap import Estimate, estimate, json_number
-from analysis.models import law_arrays
 from analysis.study import CurveData, Study
 
 LOCAL_BUDGETS = 3
@@ -82,9 +81,7 @@ class _SeedDraws:
 def global_log_slope(study: Study, base: str, log_c: float) -> float:
     """-d log L / d log C of the baseline's global law at log C (alpha for the paper's form)."""
     fit = study.fits[base]
-    log_a, alpha, e_value = (float(v[0]) for v in law_arrays(fit.model, fit.theta[None]))
-    power = math.exp(log_a - alpha * log_c)
-    return alpha * power / (power + e_value)
+    return fit.law.point_log_slope(fit.model, fit.theta[None], log_c)
 
 
 def _local_fit(

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from analysis.laws import ChinchillaLaw, PowerLaw
+from analysis.laws import ChinchillaLaw, CurvedPowerLaw, PowerLaw
 
 MAX_EXPONENT = 10.0  # upper bound of alpha and beta: nothing physical lies near it
 
@@ -116,6 +116,53 @@ class PowerModel:
             A=float(np.exp(self.log_a(theta, g)[0])),
             alpha=float(self.alpha(theta)[0]),
             E=float(theta[0]) if self.offset else 0.0,
+        )
+
+
+class CurvedPowerModel:
+    """``log L = a_g - alpha x - beta x^2``, x = log C - x0, g the curve: linear in its parameters, so its robust fit
+    has one minimum. theta = alpha, beta, a_0, ..., a_{k-1}; curve g's reference compute C0 is exp(x0)."""
+
+    i_alpha, i_beta, i_a = 0, 1, 2
+
+    def __init__(self, log_compute: np.ndarray, group: np.ndarray, n_groups: int, y: np.ndarray):
+        self.x0 = float(np.mean(log_compute))
+        self.x = np.asarray(log_compute, dtype=float) - self.x0
+        self.group = np.asarray(group, dtype=int)
+        self.k = n_groups
+        self.n_params = 2 + n_groups
+        # alpha is the log-slope at the data's centre: a falling curve has it >= 0; beta is free in sign
+        self.bounds = [(0.0, MAX_EXPONENT), (-MAX_EXPONENT, MAX_EXPONENT)] + [(None, None)] * n_groups
+        self.lower = np.array([-np.inf if lo is None else lo for lo, _ in self.bounds])
+        self.upper = np.array([np.inf if hi is None else hi for _, hi in self.bounds])
+        self.names = ["alpha", "beta"] + (["A"] if n_groups == 1 else [f"A[{g}]" for g in range(n_groups)])
+        self._rows = np.arange(self.x.size)
+        self._design = np.zeros((self.x.size, self.n_params))
+        self._design[:, 0] = -self.x
+        self._design[:, 1] = -self.x * self.x
+        self._design[self._rows, 2 + self.group] = 1.0
+
+    def predict(self, theta: np.ndarray, jac: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        theta = np.atleast_2d(theta)
+        pred = theta @ self._design.T  # (B, n)
+        return pred, (np.broadcast_to(self._design, (theta.shape[0],) + self._design.shape).copy() if jac else None)
+
+    def starts(self, y: np.ndarray) -> np.ndarray:
+        # least squares (the natural start of a linear problem) and the straight lines through the data
+        rows = [list(np.linalg.lstsq(self._design, y, rcond=None)[0])]
+        for alpha in (0.01, 0.03, 0.1, 0.3, 1.0):
+            rows.append(
+                [alpha, 0.0] + [np.median(y[self.group == g] + alpha * self.x[self.group == g]) for g in range(self.k)]
+            )
+        return np.array(rows, dtype=float)
+
+    def law(self, theta: np.ndarray, g: int = 0) -> CurvedPowerLaw:
+        theta = np.asarray(theta, dtype=float).reshape(-1)
+        return CurvedPowerLaw(
+            A=float(np.exp(theta[self.i_a + g])),
+            alpha=float(theta[self.i_alpha]),
+            beta=float(theta[self.i_beta]),
+            C0=float(np.exp(self.x0)),
         )
 
 

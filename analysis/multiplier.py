@@ -37,34 +37,27 @@ from analysis._threads import single_threaded_blas
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Estimate, json_number
 from analysis.errors import FitInputError
 from analysis.fit import CurveFit, PowerLawFit, clean_inputs, fit_curve
-from analysis.laws import OFFSET_POWER, POWER, PowerLaw, law_params
-from analysis.models import PowerModel
+from analysis.forms import LawForm, form_of_curve, law_for
+from analysis.laws import CurvedPowerLaw, PowerLaw
 from analysis.optimizer import AUTO, Solution
 from analysis.study import BUDGETS, CurveData, Study, run_study
 from analysis.study_stats import (
     Statistic,
-    log_compute_for_loss,
-    log_loss_at,
     multiplier_estimates,
     replicates_ok,
     shared_log_multiplier,
 )
 
 
-def _theta_from_law(model: PowerModel, law: PowerLaw) -> np.ndarray:
-    alpha = law.alpha
-    a = math.log(law.A) - alpha * model.x0
-    return np.array([law.E, alpha, a] if model.offset else [alpha, a], dtype=float)
-
-
 def curve_fit_from(fit: PowerLawFit) -> CurveFit:
     """The internal form of a :class:`PowerLawFit` (no refit: the point estimate is taken as it is)."""
+    law = law_for(fit.form)
     c, l = np.asarray(fit.compute), np.asarray(fit.loss)
     y = np.log(l)
-    model = PowerModel(np.log(c), np.zeros(y.size, dtype=int), 1, fit.form == OFFSET_POWER, y)
-    theta = _theta_from_law(model, fit.law)
+    model = law.model(np.log(c), np.zeros(y.size, dtype=int), 1, y)
+    theta = law.theta_from_curve(model, fit.law)
     sol = Solution(theta=theta, objective=fit.objective, status=fit.status, message=fit.message)
-    return CurveFit(model=model, y=y, solution=sol)
+    return CurveFit(law=law, model=model, y=y, solution=sol)
 
 
 @dataclass(frozen=True)
@@ -125,22 +118,22 @@ class _Side:
     """One side of :func:`compute_multiplier`: a curve, and its data and fit when it has them."""
 
     label: str
-    law: PowerLaw
+    law: PowerLaw | CurvedPowerLaw
     fit: CurveFit | None = None
     data: CurveData | None = None
     delta: float | str = AUTO
 
     @property
-    def form(self) -> str:
-        return self.law.form if self.fit is None else (OFFSET_POWER if self.fit.model.offset else POWER)
+    def form(self) -> LawForm:
+        return form_of_curve(self.law) if self.fit is None else self.fit.law
 
-    def thetas(self, study: Study) -> tuple[PowerModel, np.ndarray, np.ndarray | None]:
+    def thetas(self, study: Study) -> tuple[Any, np.ndarray, np.ndarray | None]:
         """(model, point theta (1, p), replicate theta (B, p) or None without a bootstrap)."""
         if self.fit is not None:
             reps = study.theta[self.label] if study.n_boot > 0 else None
             return self.fit.model, self.fit.theta[None], reps
-        model = PowerModel(np.zeros(1), np.zeros(1, dtype=int), 1, self.law.E != 0.0, np.zeros(1))  # x0 = 0
-        theta = _theta_from_law(model, self.law)[None]
+        model = self.form.model(np.zeros(1), np.zeros(1, dtype=int), 1, np.zeros(1))  # x0 = 0
+        theta = self.form.theta_from_curve(model, self.law)[None]
         reps = np.broadcast_to(theta, (study.n_boot, theta.shape[1])) if study.n_boot > 0 else None
         return model, theta, reps
 
@@ -154,9 +147,8 @@ def _side(obj: Any, label: str) -> _Side:
             CurveData(label, np.asarray(obj.compute), np.asarray(obj.loss)),
             obj.delta,
         )
-    if isinstance(obj, PowerLaw):
-        if not (obj.A > 0 and obj.alpha > 0 and obj.E >= 0):
-            raise FitInputError(f"compute_multiplier: {label} curve needs A > 0, alpha > 0 and E >= 0, got {obj}")
+    if isinstance(obj, (PowerLaw, CurvedPowerLaw)):
+        form_of_curve(obj).check_curve(obj, label)
         return _Side(label, obj)
     raise FitInputError(
         f"compute_multiplier: {label} must be a PowerLawFit (from fit_power_law) or a PowerLaw"
@@ -202,7 +194,7 @@ def compute_multiplier(
         raise FitInputError(f"n_boot must be >= 0 (0 skips the bootstrap), got {n_boot!r}")
     base = _side(baseline, "baseline")
     notes: list[str] = []
-    points = not isinstance(variant, (PowerLawFit, PowerLaw))
+    points = not isinstance(variant, (PowerLawFit, PowerLaw, CurvedPowerLaw))
     var = _points_side(variant, base, notes) if points else _side(variant, "variant")
     if shared_exponent and (points or base.fit is None or var.fit is None or base.form != var.form):
         raise FitInputError(
@@ -215,7 +207,7 @@ def compute_multiplier(
     one_scale = len({s.delta for s in sides}) <= 1
     study = run_study(
         [s.data for s in sides],
-        base.form,
+        base.form.name,
         delta=base.delta if one_scale else AUTO,
         level=level,
         n_boot=n_boot if sides else 0,
@@ -252,11 +244,11 @@ def _points_side(variant: Any, base: _Side, notes: list[str]) -> _Side:
     arrays, _ = clean_inputs({"compute": compute, "loss": loss}, None, 1, "compute_multiplier(variant points)")
     data = CurveData("variant", arrays["compute"], arrays["loss"])
     var = _Side("variant", base.law, None, data, base.delta)
-    n_params = law_params(base.form)
+    n_params = base.form.n_params
     if np.unique(data.compute).size > n_params:
         with single_threaded_blas():
             var.fit = fit_curve(data.compute, data.loss, base.form, base.delta)
-        var.law = var.fit.model.law(var.fit.theta)
+        var.law = var.fit.law.curve(var.fit.model, var.fit.theta)
     else:
         notes.append("too few variant points to estimate their noise: the interval reflects the baseline fit only")
     return var
@@ -286,13 +278,16 @@ def _log_multiplier(
     df = study.df(*labels) if labels else math.inf
     log_c = np.log(at_values)
     bm, bt, br = base.thetas(study)
+    invert = base.form.log_compute_for_loss  # the baseline's compute at a loss
     if shared_exponent:
-        stat = shared_log_multiplier(study, "variant", "baseline")
+        stat = shared_log_multiplier(study, "variant", "baseline", at_values)
+        if stat.value.size == at_values.size:  # M changes with compute: one value per compute already
+            return stat, "shared"
         draws = None if stat.draws is None else np.repeat(stat.draws, at_values.size, axis=1)
         return Statistic(np.repeat(stat.value, at_values.size), draws, stat.failed, stat.df), "shared"
     if points:
         data = var.data
-        value = log_compute_for_loss(bm, bt, np.log(data.loss)[None])[0] - log_c
+        value = invert(bm, bt, np.log(data.loss)[None])[0] - log_c
         draws = None
         if ok is not None:
             y_pt = (
@@ -300,9 +295,10 @@ def _log_multiplier(
                 if var.fit is not None
                 else np.broadcast_to(np.log(data.loss), (int(ok.sum()), data.loss.size))
             )
-            draws = log_compute_for_loss(bm, br[ok], y_pt) - log_c
+            draws = invert(bm, br[ok], y_pt) - log_c
         return Statistic(value, draws, failed, df), "points"
     vm, vt, vr = var.thetas(study)
-    value = log_compute_for_loss(bm, bt, log_loss_at(vm, vt, log_c))[0] - log_c
-    draws = None if ok is None else log_compute_for_loss(bm, br[ok], log_loss_at(vm, vr[ok], log_c)) - log_c
+    at = var.form.log_loss_at  # the variant's loss at a compute
+    value = invert(bm, bt, at(vm, vt, log_c))[0] - log_c
+    draws = None if ok is None else invert(bm, br[ok], at(vm, vr[ok], log_c)) - log_c
     return Statistic(value, draws, failed, df), "curves"

@@ -29,7 +29,6 @@ import numpy as np
 
 from analysis.bootstrap import Estimate, json_number
 from analysis.local import global_log_slope
-from analysis.models import law_arrays
 from analysis.study import Study
 
 
@@ -144,9 +143,7 @@ def _slope_draws(study: Study, base: str, compute: np.ndarray) -> np.ndarray | N
     theta = study.theta[base][study.ok[base]]
     if theta.shape[0] < 2:
         return None
-    log_a, alpha, e_value = law_arrays(fit.model, theta)
-    power = np.exp(log_a[:, None] - alpha[:, None] * np.log(compute)[None, :])
-    return alpha[:, None] * power / (power + e_value[:, None])
+    return fit.law.log_slope(fit.model, theta, np.log(compute))
 
 
 def _paired_gap(v: Any, i: int, b: Any, j: int) -> tuple[float, int]:

@@ -375,6 +375,7 @@ class SweepFit:
             params: dict[str, Any] = {"alpha": self.joint.alpha.to_dict()}
             if self.joint.E is not None:
                 params["E"] = self.joint.E.to_dict()
+            params.update({name: est.to_dict() for name, est in self.joint.extra.items()})
             params["A"] = {lab: est.to_dict() for lab, est in self.joint.A.items()}
             joint = {
                 "form": self.joint.form,

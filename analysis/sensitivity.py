@@ -28,7 +28,7 @@ import numpy as np
 
 from analysis.bootstrap import json_number
 from analysis.errors import FitInputError
-from analysis.laws import OFFSET_POWER, POWER, law_params
+from analysis.forms import law_for, law_params
 from analysis.optimizer import AUTO, LEAST_SQUARES_DELTA
 from analysis.paired import budget_name
 from analysis.settings import FitSettings
@@ -100,7 +100,7 @@ class Sensitivity:
 
 
 def form_name(form: str) -> str:
-    return "L = A C^-alpha" if form == POWER else "L = E + A C^-alpha"
+    return law_for(form).short
 
 
 def delta_name(delta: float, auto: bool = False) -> str:
@@ -142,7 +142,7 @@ def point_multipliers(
         if v not in labels:
             continue
         if exponent == "shared" and study.joint is not None:
-            stat = shared_log_multiplier(study, v, baseline)
+            stat = shared_log_multiplier(study, v, baseline, np.array([compute]))
         else:
             stat = curves_log_multiplier(study, v, baseline, np.array([compute]))
         out[v] = float(np.exp(stat.value[0]))
@@ -198,7 +198,7 @@ def sweep_sensitivity(
                 SensitivityRow(aspect, choice, value, note or ("" if math.isfinite(value) else "not fitted"))
             )
 
-    other_form = OFFSET_POWER if settings.form == POWER else POWER
+    other_form = law_for(settings.form).alternative
     add(
         "form",
         form_name(other_form),

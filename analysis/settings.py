@@ -11,13 +11,15 @@ Pure Python; never imports torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT
 from analysis.depth import NOISE_FLOOR
-from analysis.errors import AnalysisError
-from analysis.laws import FORMS, OFFSET_POWER, PFLOP_S_DAY, POWER, normalize_form
+from analysis.errors import AnalysisError, FitInputError
+from analysis.forms import FORMS, law_for, normalize_form
+from analysis.laws import PFLOP_S_DAY, POWER
 from analysis.optimizer import AUTO, DELTA_FLOOR, HUBER_K, LEAST_SQUARES_DELTA, check_delta
 from analysis.points import LR_RULES, PROTOCOLS
 from analysis.select import BUDGET_RTOL, SELECT_METHODS
@@ -43,7 +45,6 @@ TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's WSD trunks (attnres.training.br
 
 
 # The words for each setting's values (FitSettings.words): what a point stands for, how its rate was chosen, whose
-FORM_WORDS = {POWER: "L = A * C^-alpha (the paper's form)", OFFSET_POWER: "L = E + A * C^-alpha"}
 SELECT_WORDS = {"mean": "the mean over seeds", "median": "the median over seeds", "best": "the best of the seeds"}
 LR_WORDS = {
     "best": "the best learning rate trained",
@@ -61,10 +62,28 @@ RESAMPLE_WORDS = {
 }
 
 
-def option(default: Any, help: str, *, flag: str | None = None, choices: tuple | None = None, cli: bool = True) -> Any:
+def _form_name(text: str) -> str:
+    """A form on the command line, by any of its spellings (``curved``), as its canonical name."""
+    try:
+        return normalize_form(text)
+    except FitInputError as err:
+        import argparse
+
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    choices: tuple | None = None,
+    cli: bool = True,
+    parse: Callable[[str], Any] | None = None,
+) -> Any:
     """A field of :class:`FitSettings` with what the command line needs to offer it: its help text, its choices and
     its flag (default ``--<name>`` with dashes)."""
-    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "cli": cli})
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "cli": cli, "parse": parse})
 
 
 @dataclass(frozen=True)
@@ -74,7 +93,12 @@ class FitSettings:
     :func:`analysis.fit_results` and the bootstrap take this object, and fit.json writes it whole (``settings``;
     ``resample`` under its earlier key ``interval``, which older files have too)."""
 
-    form: str = option(POWER, "curve form (default: the paper's A*C^-alpha)", choices=FORMS)
+    form: str = option(
+        POWER,
+        "curve form (default: the paper's A*C^-alpha; 'curved' for A*C^-(alpha+beta*lnC))",
+        choices=tuple(FORMS),
+        parse=_form_name,
+    )
     select: str = option(
         "mean",
         "point per (variant, size, budget): mean over seeds at the best LR (default), their median, or the best run",
@@ -179,7 +203,7 @@ class FitSettings:
             "unshared": "each curve's own exponent",
         }[self.exponent]
         return {
-            "form": FORM_WORDS[self.form],
+            "form": law_for(self.form).words,
             "points": f"{SELECT_WORDS[self.select]} at {LR_WORDS[self.lr]}, {PROTOCOL_WORDS[self.protocol]}",
             "loss": self.loss_words(delta),
             "intervals": intervals,
@@ -229,7 +253,7 @@ def add_arguments(parser: Any) -> None:
         if f.type == "bool":  # a switch that turns a default-on option off
             parser.add_argument(*flags, dest=f.name, action="store_false", help=meta["help"])
             continue
-        kind = {"float": float, "int": int, "float | str": _number_or_auto}.get(f.type, str)
+        kind = meta.get("parse") or {"float": float, "int": int, "float | str": _number_or_auto}.get(f.type, str)
         parser.add_argument(
             *flags, dest=f.name, type=kind, default=f.default, choices=meta["choices"], help=meta["help"]
         )

@@ -20,7 +20,7 @@ from analysis._threads import single_threaded_blas
 from analysis.bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, modified_residuals, residual_draws, run_draws
 from analysis.errors import FitInputError
 from analysis.fit import CurveFit, curves_delta, fit_curve, fit_joint_curves
-from analysis.laws import law_params, normalize_form
+from analysis.forms import law_params, normalize_form
 from analysis.optimizer import AUTO, DEFAULT_STARTS, refit
 
 SEEDS = "seeds"

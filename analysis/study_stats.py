@@ -17,32 +17,7 @@ import numpy as np
 
 from analysis.bootstrap import Estimate, estimate
 from analysis.errors import FitInputError
-from analysis.models import PowerModel, law_arrays
 from analysis.study import Study
-
-
-def log_compute_for_loss(model: PowerModel, theta: np.ndarray, y: np.ndarray, g: int = 0) -> np.ndarray:
-    """log C at which curve g of a batch of theta (B, p) reaches log loss y (B, n); +inf at or below E."""
-    log_a, alpha, e_value = law_arrays(model, theta, g)
-    y = np.asarray(y, dtype=float)
-    y = y if y.ndim == 2 else np.broadcast_to(y, (log_a.size,) + y.shape[-1:])
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if model.offset:
-            gap = np.exp(y) - e_value[:, None]
-            log_gap = np.where(gap > 0, np.log(np.where(gap > 0, gap, 1.0)), -np.inf)
-        else:
-            log_gap = y
-        return (log_a[:, None] - log_gap) / alpha[:, None]
-
-
-def log_loss_at(model: PowerModel, theta: np.ndarray, log_c: np.ndarray, g: int = 0) -> np.ndarray:
-    """log L of curve g for a batch of theta (B, p) at log compute values (n,): (B, n)."""
-    log_a, alpha, e_value = law_arrays(model, theta, g)
-    power = log_a[:, None] - alpha[:, None] * np.asarray(log_c, dtype=float)[None, :]
-    if not model.offset:
-        return power
-    with np.errstate(divide="ignore"):
-        return np.logaddexp(np.log(e_value)[:, None], power)
 
 
 @dataclass(frozen=True)
@@ -72,11 +47,11 @@ def points_log_multiplier(study: Study, variant: str, baseline: str) -> Statisti
     """log M at each measured point of ``variant``: the baseline curve inverted at the measured loss."""
     b, v = study.fits[baseline], study.data[variant]
     log_c = np.log(v.compute)
-    value = log_compute_for_loss(b.model, b.theta[None], np.log(v.loss)[None])[0] - log_c
+    value = b.law.log_compute_for_loss(b.model, b.theta[None], np.log(v.loss)[None])[0] - log_c
     ok = replicates_ok(study, (baseline, variant))
     draws = None
     if ok is not None:
-        draws = log_compute_for_loss(b.model, study.theta[baseline][ok], study.y_point[variant][ok]) - log_c
+        draws = b.law.log_compute_for_loss(b.model, study.theta[baseline][ok], study.y_point[variant][ok]) - log_c
     return Statistic(value, draws, 0 if ok is None else int((~ok).sum()), study.df(baseline, variant))
 
 
@@ -84,41 +59,44 @@ def curves_log_multiplier(study: Study, variant: str, baseline: str, compute: np
     """log M(C) from the two separately fitted curves at the given compute values."""
     b, v = study.fits[baseline], study.fits[variant]
     log_c = np.log(np.asarray(compute, dtype=float))
-    y_v = log_loss_at(v.model, v.theta[None], log_c)
-    value = log_compute_for_loss(b.model, b.theta[None], y_v)[0] - log_c
+    y_v = v.law.log_loss_at(v.model, v.theta[None], log_c)
+    value = b.law.log_compute_for_loss(b.model, b.theta[None], y_v)[0] - log_c
     ok = replicates_ok(study, (baseline, variant))
     draws = None
     if ok is not None:
-        y_v = log_loss_at(v.model, study.theta[variant][ok], log_c)
-        draws = log_compute_for_loss(b.model, study.theta[baseline][ok], y_v) - log_c
+        y_v = v.law.log_loss_at(v.model, study.theta[variant][ok], log_c)
+        draws = b.law.log_compute_for_loss(b.model, study.theta[baseline][ok], y_v) - log_c
     return Statistic(value, draws, 0 if ok is None else int((~ok).sum()), study.df(baseline, variant))
 
 
-def shared_log_multiplier(study: Study, variant: str, baseline: str) -> Statistic:
-    """log M = (log A_base - log A_var) / alpha from the joint fit (constant in C)."""
+def shared_log_multiplier(study: Study, variant: str, baseline: str, compute: np.ndarray | None = None) -> Statistic:
+    """log M from the joint fit: one value where the form's M is the same at every C (the power laws: (log A_base -
+    log A_var) / alpha), else one per ``compute`` (:meth:`analysis.forms.LawForm.shared_log_multiplier`)."""
     if study.joint is None:
         raise FitInputError("the shared-exponent multiplier needs a joint fit of at least two curves")
-    model, labels = study.joint.model, study.joint_labels
+    law, model, labels = study.joint.law, study.joint.model, study.joint_labels
     gb, gv = labels.index(baseline), labels.index(variant)
+    log_c = None if compute is None else np.log(np.asarray(compute, dtype=float))
 
     def stat(theta: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return (model.log_a(theta, gb) - model.log_a(theta, gv)) / model.alpha(theta)
+        return law.shared_log_multiplier(model, theta, gb, gv, log_c)
 
-    value = stat(study.joint.theta[None])
+    value = stat(study.joint.theta[None])[0]
     ok = replicates_ok(study, (), joint=True)
-    draws = None if ok is None else stat(study.joint_theta[ok])[:, None]
+    draws = None if ok is None else stat(study.joint_theta[ok])
     return Statistic(value, draws, 0 if ok is None else int((~ok).sum()), study.df(joint=True))
 
 
 def exponent_difference(study: Study, variant: str, baseline: str) -> Statistic:
     """alpha_var - alpha_base from the separate fits (the test of a shared exponent)."""
     b, v = study.fits[baseline], study.fits[variant]
-    value = v.model.alpha(v.theta[None]) - b.model.alpha(b.theta[None])
+    value = v.law.exponent(v.model, v.theta[None]) - b.law.exponent(b.model, b.theta[None])
     ok = replicates_ok(study, (baseline, variant))
     draws = None
     if ok is not None:
-        draws = (v.model.alpha(study.theta[variant][ok]) - b.model.alpha(study.theta[baseline][ok]))[:, None]
+        draws = (
+            v.law.exponent(v.model, study.theta[variant][ok]) - b.law.exponent(b.model, study.theta[baseline][ok])
+        )[:, None]
     return Statistic(value, draws, 0 if ok is None else int((~ok).sum()), study.df(baseline, variant))
 
 

@@ -22,7 +22,6 @@ never imports torch.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -33,27 +32,21 @@ import numpy as np
 import pandas as pd
 
 from analysis.architecture import ArchitectureGrid, architecture_grid
-from analysis.bootstrap import Estimate, estimate
-from analysis.checks import check_budget_ranges, check_variant_names, did_you_mean, missing_seeds
+from analysis.bootstrap import Estimate
+from analysis.checks import check_variant_names, did_you_mean, missing_seeds
+from analysis.curve_fits import curve_result, fit_curves, point_wall_clock
 from analysis.depth import depth_trend
-from analysis.diagnostics import budget_gaps, choose_exponent, exponent_test, lack_of_fit, reliability
 from analysis.envelope import has_rate_sweeps
 from analysis.errors import AnalysisError, FitInputError
-from analysis.fit import ChinchillaFit, JointPowerLawFit, PowerLawFit, fit_chinchilla, joint_result
+from analysis.fit import ChinchillaFit, fit_chinchilla
+from analysis.forms import law_params
 from analysis.frontier import FrontierMultiplier, frontier_multipliers
-from analysis.laws import OFFSET_POWER, law_params
 from analysis.load import Results, load_results, may_belong, sweep_of
-from analysis.local import local_multipliers
 from analysis.metric import with_metric
-from analysis.models import law_arrays
-from analysis.multiplier import wall_clock_multiplier
 from analysis.one_shape import ONE_SHAPE, one_shape_comparison
 from analysis.paired import PairedMultiplier, agreement, paired_multiplier
 from analysis.points import PROTOCOLS, choose_points, labelled
 from analysis.results import (
-    BudgetMultiplier,
-    CurvePoint,
-    CurveResult,
     FitReport,
     OtherProtocol,
     ProtocolCell,
@@ -62,16 +55,10 @@ from analysis.results import (
 )
 from analysis.select import curve_variants, select_points
 from analysis.sensitivity import sweep_sensitivity
-from analysis.settings import ALIASES, COMPUTE_UNITS, TRUNK_SUFFIX, TUNING_SUFFIX, UNIT_SHORT, FitSettings
+from analysis.settings import ALIASES, TRUNK_SUFFIX, TUNING_SUFFIX, FitSettings
 from analysis.slices import slices
 from analysis.stalls import Stall, find_stalls
-from analysis.study import CurveData, Study, run_study
-from analysis.study_stats import (
-    curves_log_multiplier,
-    multiplier_estimates,
-    points_log_multiplier,
-    shared_log_multiplier,
-)
+from analysis.study import Study
 from analysis.sweep_points import (
     PreparedSweep,
     budgets_note,
@@ -80,39 +67,8 @@ from analysis.sweep_points import (
     flop_conventions,
     prepare_sweep,
 )
-from analysis.throughput import flag_implausible, sweep_folders, sweep_throughput, throughput_ratios
+from analysis.throughput import flag_implausible, sweep_folders, sweep_throughput
 from attnres.variants import Variant
-
-
-def _power_fit(study: Study, label: str, settings: FitSettings) -> PowerLawFit:
-    cf, data = study.fits[label], study.data[label]
-    law = cf.model.law(cf.theta)
-    samples: dict[str, np.ndarray | None] = {"A": None, "alpha": None, "E": None}
-    failed = 0
-    if study.n_boot > 0:
-        ok = study.ok[label]
-        failed = int((~ok).sum())
-        log_a, alpha, e_value = law_arrays(cf.model, study.theta[label][ok])
-        samples = {"A": np.exp(log_a), "alpha": alpha, "E": e_value}
-    df = study.df(label)
-    return PowerLawFit(
-        form=study.form,
-        law=law,
-        A=estimate(law.A, samples["A"], settings.level, df, failed),
-        alpha=estimate(law.alpha, samples["alpha"], settings.level, df, failed),
-        E=estimate(law.E, samples["E"], settings.level, df, failed) if study.form == OFFSET_POWER else None,
-        status=cf.solution.status,
-        message=cf.solution.message,
-        objective=cf.solution.objective,
-        compute=tuple(float(c) for c in data.compute),
-        loss=tuple(float(v) for v in data.loss),
-        run_ids=None,
-        delta=study.delta,
-        level=settings.level,
-        n_boot=study.n_boot,
-        n_boot_failed=failed,
-        seed=settings.seed,
-    )
 
 
 def _fit_sweep(
@@ -124,35 +80,79 @@ def _fit_sweep(
     p, notes = prepared, prepared.notes
     variants = curve_variants(p.points)
     if not p.data:
-        s = settings
-        one = one_shape_comparison(p.points, p.runs, p.envelopes, s.baseline, s.level, s.n_boot > 0)
-        if one is not None:  # one note for the sweep, not one per curve: a single budget is its design
-            n_params = law_params(s.form)
-            single = {budgets_note(c, 1, n_params) for c in p.points["curve"].astype(str)}
-            notes[:] = [n for n in notes if n not in single]
-        notes.append("no curve could be fitted" if one is None else f"{ONE_SHAPE}: no law; the comparison is above")
-        return SweepFit(
-            p.sweep,
-            p.conventions,
-            p.frontier,
-            (),
-            None,
-            (),
-            {},
-            tuple(notes),
-            p.points,
-            missing_seeds=p.missing_seeds,
-            envelope=p.envelopes,
-            stalls=stalls,
-            curve_variants=variants,
-            one_shape=one,
-        )
+        return _no_curve_sweep(p, settings, variants, stalls)
     fitted = [d.label for d in p.data]
     throughput, incomparable = sweep_throughput(p.points, folders, notes, p.runs)
     study, joint, multipliers = fit_curves(p.data, settings, p.rows, throughput, notes, variants)
     if incomparable:  # the logged throughputs are the load's as much as the model's: wall-clock M is a point
         multipliers = [point_wall_clock(m) for m in multipliers]
     flag_implausible(multipliers, notes)
+    multipliers, protocol_cells = _checks_beside(p, settings, study, multipliers, stalls, variants)
+    curves = [curve_result(study, variants[label], label, p.rows[label], settings, notes) for label in fitted]
+    chinchilla, at_frontier = {}, []
+    if settings.chinchilla and not p.points.empty:
+        chinchilla = _chinchilla_fits(p.points, fitted, settings, notes)
+        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes, variants)
+    return SweepFit(
+        p.sweep,
+        p.conventions,
+        p.frontier,
+        tuple(curves),
+        joint,
+        tuple(multipliers),
+        chinchilla,
+        tuple(notes),
+        p.points,
+        missing_seeds=p.missing_seeds,
+        frontier_multipliers=tuple(at_frontier),
+        envelope=p.envelopes,
+        stalls=stalls,
+        protocol_cells=protocol_cells,
+        curve_variants=variants,
+    )
+
+
+def _no_curve_sweep(
+    p: PreparedSweep, settings: FitSettings, variants: Mapping[str, Variant], stalls: tuple[Stall, ...]
+) -> SweepFit:
+    """A sweep none of whose curves could be fitted: its one-shape comparison where it has one, else a note."""
+    notes, s = p.notes, settings
+    one = one_shape_comparison(p.points, p.runs, p.envelopes, s.baseline, s.level, s.n_boot > 0)
+    if one is not None:  # one note for the sweep, not one per curve: a single budget is its design
+        n_params = law_params(s.form)
+        single = {budgets_note(c, 1, n_params) for c in p.points["curve"].astype(str)}
+        notes[:] = [n for n in notes if n not in single]
+    notes.append("no curve could be fitted" if one is None else f"{ONE_SHAPE}: no law; the comparison is above")
+    return SweepFit(
+        p.sweep,
+        p.conventions,
+        p.frontier,
+        (),
+        None,
+        (),
+        {},
+        tuple(notes),
+        p.points,
+        missing_seeds=p.missing_seeds,
+        envelope=p.envelopes,
+        stalls=stalls,
+        curve_variants=variants,
+        one_shape=one,
+    )
+
+
+def _checks_beside(
+    p: PreparedSweep,
+    settings: FitSettings,
+    study: Study,
+    multipliers: list[VariantMultiplier],
+    stalls: tuple[Stall, ...],
+    variants: Mapping[str, Variant],
+) -> tuple[list[VariantMultiplier], tuple[ProtocolCell, ...]]:
+    """Each variant's headline with what bears on it: its sensitivity to the analysis choices, the paired per-size
+    M and the depth trend, M without the stalled runs and under the other tuning protocol (with every cell under
+    both protocols); every note on the way goes into the sweep's notes."""
+    notes = p.notes
     found = sweep_sensitivity(p.data, settings, multipliers, lambda other: curves_under(p, other), study.delta)
     multipliers = [replace(m, sensitivity=sens) for m, sens in zip(multipliers, found)]
     multipliers = [replace(m, paired=_paired(study, m.variant, m.multiplier, settings)) for m in multipliers]
@@ -181,28 +181,7 @@ def _fit_sweep(
             for m in multipliers
         ]
         protocol_cells = _protocol_cells(p.runs, settings, notes, variants)
-    curves = [_curve_result(study, variants[label], label, p.rows[label], settings, notes) for label in fitted]
-    chinchilla, at_frontier = {}, []
-    if settings.chinchilla and not p.points.empty:
-        chinchilla = _chinchilla_fits(p.points, fitted, settings, notes)
-        at_frontier = _frontier_multipliers(p.points, chinchilla, settings, notes, variants)
-    return SweepFit(
-        p.sweep,
-        p.conventions,
-        p.frontier,
-        tuple(curves),
-        joint,
-        tuple(multipliers),
-        chinchilla,
-        tuple(notes),
-        p.points,
-        missing_seeds=p.missing_seeds,
-        frontier_multipliers=tuple(at_frontier),
-        envelope=p.envelopes,
-        stalls=stalls,
-        protocol_cells=protocol_cells,
-        curve_variants=variants,
-    )
+    return multipliers, protocol_cells
 
 
 def _paired(study: Study, label: str, headline: Estimate, settings: FitSettings) -> PairedMultiplier | None:
@@ -336,200 +315,6 @@ def _surface_sweep(runs: pd.DataFrame, sweep: str, settings: FitSettings) -> Swe
         frontier_multipliers=tuple(at_frontier),
         curve_variants=variants,
     )
-
-
-def fit_curves(
-    data: list[CurveData],
-    settings: FitSettings,
-    rows: dict[str, pd.DataFrame] | None = None,
-    throughput: dict[tuple[str, int, int], float] | None = None,
-    notes: list[str] | None = None,
-    variants: Mapping[str, Variant] | None = None,
-) -> tuple[Study, JointPowerLawFit | None, list[VariantMultiplier]]:
-    """The fits, the shared bootstrap and every variant's multiplier from the curves' data: what
-    ``attnres fit`` computes per sweep once its points are chosen (the coverage study calls it on simulated
-    points). ``rows`` / ``throughput`` (the curves' point tables, FLOP/s per shape) give the wall-clock
-    multipliers; without them those are nan. ``variants``: the curves' variants
-    (:func:`analysis.select.curve_variants` of their points); a curve without one is read from its name."""
-    notes = [] if notes is None else notes
-    check_budget_ranges("", data, settings.baseline, UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
-    study = run_study(
-        data,
-        settings.form,
-        delta=settings.delta,
-        level=settings.level,
-        n_boot=settings.n_boot,
-        seed=settings.seed,
-        joint=len(data) >= 2,
-        interval=settings.resample,
-    )
-    joint = _joint_fit(study, settings)
-    multipliers = []
-    labels = [d.label for d in data]
-    if settings.baseline not in labels:
-        notes.append(
-            f"no fitted baseline curve {settings.baseline!r}: no multipliers (set the baseline with --baseline)"
-        )
-    else:
-        for label in labels:
-            if label != settings.baseline:
-                variant = (variants or {}).get(label) or Variant.of_curve(label)
-                multipliers.append(
-                    _variant_multiplier(study, variant, label, settings, rows, throughput or {}, joint, notes)
-                )
-    return study, joint, multipliers
-
-
-def point_wall_clock(m: VariantMultiplier) -> VariantMultiplier:
-    """``m`` with its wall-clock multipliers (headline and per budget) as point estimates, their intervals dropped."""
-
-    def point(e: Estimate) -> Estimate:
-        return Estimate(e.value, math.nan, math.nan, e.level)
-
-    budgets = tuple(replace(b, wall_clock=point(b.wall_clock)) for b in m.budgets)
-    return replace(m, wall_clock=point(m.wall_clock), budgets=budgets)
-
-
-def _curve_result(
-    study: Study, variant: Variant, label: str, g: pd.DataFrame, settings: FitSettings, notes: list[str]
-) -> CurveResult:
-    """A fitted curve (``variant``: what it stands for) with its points (``g``: the curve's rows of points); a fit
-    that did not converge gets a note."""
-    unit = COMPUTE_UNITS[settings.compute_unit]
-    pts = tuple(
-        CurvePoint(
-            float(r.flops) / unit,
-            float(r.loss),
-            int(r.n_runs),
-            tuple(r.run_ids),
-            float(r.params),
-            float(r.tokens),
-            float(r.flops_per_s),
-        )
-        for r in g.itertuples()
-    )
-    fit = _power_fit(study, label, settings)
-    if fit.status != "converged":
-        notes.append(f"{label}: fit status {fit.status} ({fit.message})")
-    return CurveResult(label, str(g["variant"].iloc[0]), variant, fit, pts)
-
-
-def _joint_fit(study: Study, settings: FitSettings) -> JointPowerLawFit | None:
-    """The joint fit with a shared exponent, with the study's bootstrap intervals (None without one)."""
-    if study.joint is None:
-        return None
-    draws, failed = None, 0
-    if study.n_boot > 0:
-        failed = int((~study.joint_ok).sum())
-        draws = study.joint_theta[study.joint_ok]
-    return joint_result(
-        study.joint,
-        study.joint_labels,
-        settings.form,
-        study.delta,
-        settings.level,
-        study.n_boot,
-        failed,
-        settings.seed,
-        draws,
-        study.df(joint=True),
-    )
-
-
-def _variant_multiplier(
-    study: Study,
-    variant: Variant,
-    label: str,
-    settings: FitSettings,
-    rows: dict[str, pd.DataFrame] | None,
-    throughput: dict[tuple[str, int, int], float],
-    joint: JointPowerLawFit | None,
-    notes: list[str],
-) -> VariantMultiplier:
-    """Everything about one variant (curve ``label``, standing for ``variant``) against the baseline (module
-    docstring, step 3)."""
-    base = settings.baseline
-    level = settings.level
-    per_point = points_log_multiplier(study, label, base)
-    m_points = multiplier_estimates(per_point, level)
-    data = study.data[label]
-    c_max = float(data.compute.max())
-    unshared = multiplier_estimates(curves_log_multiplier(study, label, base, np.array([c_max])), level)[0]
-    shared = None
-    if study.joint is not None:
-        shared = multiplier_estimates(shared_log_multiplier(study, label, base), level)[0]
-    test = exponent_test(study, label, base, level)
-    tests = {lab: lack_of_fit(study, lab) for lab in (base, label)}
-    reliable, why = reliability(study, label, base, tests)
-    exponent, reason = choose_exponent(settings, test, shared is not None, joint, reliable)
-    headline = shared if exponent == "shared" else unshared
-    if reliable and study.n_boot > 0:
-        reliable, why = _interval_reliability(study, label, base, exponent, headline)
-    data = study.data[label]
-    if rows is None:
-        ratios = [math.nan] * data.compute.size
-    else:
-        ratios = throughput_ratios(label, base, rows[label], throughput, notes)
-    n_runs_base = int(study.data[base].n_runs.sum())
-    local = local_multipliers(study, label, base, level, study.n_boot, np.random.default_rng([settings.seed, 2]))
-    budgets = tuple(
-        BudgetMultiplier(
-            compute=float(c),
-            loss=float(l),
-            n_runs_variant=int(n),
-            n_runs_baseline=n_runs_base,
-            multiplier=m,
-            wall_clock=wall_clock_multiplier(m, ratio, 1.0),
-            throughput_ratio=ratio,
-            local=near,
-        )
-        for c, l, n, m, ratio, near in zip(data.compute, data.loss, data.n_runs, m_points, ratios, local)
-    )
-    top_ratio = ratios[int(np.argmax(data.compute))]
-    return VariantMultiplier(
-        variant=label,
-        curve_variant=variant,
-        baseline=base,
-        exponent=exponent,
-        exponent_reason=reason,
-        exponent_test=test,
-        compute=c_max,
-        multiplier=headline,
-        multiplier_shared=shared,
-        multiplier_unshared=unshared,
-        wall_clock=wall_clock_multiplier(headline, top_ratio, 1.0),
-        throughput_ratio=top_ratio,
-        budgets=budgets,
-        n_runs_variant=int(data.n_runs.sum()),
-        n_runs_baseline=n_runs_base,
-        n_boot_failed=headline.failed,
-        baseline_status=study.fits[base].solution.status,
-        variant_status=study.fits[label].solution.status,
-        joint_status=None if joint is None else joint.status,
-        interval=study.interval,
-        reliable=reliable,
-        why=why,
-        lack_of_fit=tests,
-        gaps=budget_gaps(study, label, base, np.random.default_rng([settings.seed, 1])),
-    )
-
-
-def _interval_reliability(study: Study, label: str, base: str, exponent: str, headline: Estimate) -> tuple[bool, str]:
-    """Whether the headline's own interval can be read: it exists (the fit left degrees of freedom for one), and few
-    of its replicates failed (:data:`analysis.bootstrap.FAILED_LIMIT`)."""
-    if not headline.has_interval:
-        df = study.df(joint=True) if exponent == "shared" else study.df(base, label)
-        return False, (
-            f"no interval: {df:g} degree(s) of freedom left after fitting the law "
-            f"({min(study.data[base].n_budgets, study.data[label].n_budgets)} budgets); run more budgets"
-        )
-    if not headline.reliable:
-        return False, (
-            f"{headline.failed} of {headline.replicates} bootstrap replicates failed to refit "
-            f"({100 * headline.failed_share:.0f} %): an interval from the rest is biased toward the data sets that "
-            "fit easily"
-        )
-    return True, ""
 
 
 def _chinchilla_fits(

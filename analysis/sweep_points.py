@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.checks import MissingSeeds, check_budget_ranges, check_form_budgets, missing_seeds
 from analysis.envelope import Envelopes
-from analysis.laws import law_params
+from analysis.forms import law_params
 from analysis.points import choose_points
 from analysis.select import isoflop_frontier, needs_frontier
 from analysis.settings import COMPUTE_UNITS, UNIT_SHORT, FitSettings

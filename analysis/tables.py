@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from analysis.laws import OFFSET_POWER
+from analysis.forms import law_for
 from analysis.robust_tables import (
     envelope_table,
     paired_table,
@@ -51,18 +51,15 @@ SURFACE = "Chinchilla surface L(N, D) = E + A / N^alpha + B / D^beta"
 
 
 def curve_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
-    """One row per fitted curve (in ``order`` when given): status, points, runs, A, alpha (and E for the
-    form with an offset) with their intervals."""
-    offset = settings.form == OFFSET_POWER
-    header = ("curve", "status", "points", "runs", with_interval("A", settings), with_interval("alpha", settings)) + (
-        (with_interval("E", settings),) if offset else ()
-    )
+    """One row per fitted curve (in ``order`` when given): status, points, runs and the form's parameters (A,
+    alpha, and E or beta) with their intervals."""
+    names = law_for(settings.form).param_names
+    header = ("curve", "status", "points", "runs") + tuple(with_interval(name, settings) for name in names)
     rows = []
     for c in sw.curves if order is None else [sw.curve(label) for label in order]:
-        row: tuple[Cell, ...] = (c.curve, c.fit.status, c.fit.n_points, c.n_runs, c.fit.A.text(), c.fit.alpha.text())
-        if offset:
-            row += (c.fit.E.text() if c.fit.E is not None else "",)
-        rows.append(row)
+        params = c.fit.params
+        row: tuple[Cell, ...] = (c.curve, c.fit.status, c.fit.n_points, c.n_runs)
+        rows.append(row + tuple(params[name].text() if name in params else "" for name in names))
     caption = (
         f"One power law per curve, fitted by Huber regression in log space; {intervals_text(settings)}; status "
         "`converged`, `hit_bound` (a parameter on its bound) or `not_converged`."
@@ -73,6 +70,7 @@ def curve_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None
 def joint_text(joint: JointPowerLawFit) -> FitText:
     """The joint fit with one shared exponent: its status and the shared parameters."""
     shared = f"alpha = {joint.alpha.text()}" + (f", E = {joint.E.text()}" if joint.E is not None else "")
+    shared += "".join(f", {name} = {est.text()}" for name, est in joint.extra.items())
     return FitText(
         f"joint fit, shared exponent ({joint.status}): {shared}",
         f"Joint fit with one shared exponent ({joint.status}): {shared}.",

@@ -8,7 +8,7 @@
 Each replicate simulates one tokens-per-parameter slice of a study designed like studies/cpu_envelope: 5 sizes,
 the baseline and a variant each at 4 learning rates a factor 2 apart and 2 seeds, as a results table of runs (no
 parquet tree), and fits it as ``attnres fit --lr envelope`` does (:func:`analysis.sweep_fits.prepare_sweep`, then
-:func:`analysis.sweep_fits.fit_curves`). The truth: the variant is the baseline at M = 1.25 times the compute, so
+:func:`analysis.curve_fits.fit_curves`). The truth: the variant is the baseline at M = 1.25 times the compute, so
 M is the same at every size. Each run's log loss is
 
     ln L_base(M C) + k (ln lr - ln lr*)^2 (+ asymmetry) + a seed's shift + run noise (+ a stall)
@@ -51,9 +51,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analysis.curve_fits import fit_curves  # noqa: E402
 from analysis.paired import paired_multiplier  # noqa: E402
 from analysis.settings import FitSettings  # noqa: E402
-from analysis.sweep_fits import fit_curves  # noqa: E402
 from analysis.sweep_points import prepare_sweep  # noqa: E402
 
 TRUE_M = 1.25

@@ -215,7 +215,21 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
     if not headline:
         return blocks + [Paragraph(_no_headline_text(ctx))]
     unit = unit_name(ctx.settings.compute_unit)
-    rows = [
+    blocks.append(
+        Paragraph(
+            f"M is the effective compute multiplier over the baseline: a variant with M = {PAPER_M} reaches at "
+            f"compute C the loss the baseline reaches only with {PAPER_M} C (compute in {unit}, each variant paying "
+            "for its own depth attention). Shown at each variant's largest measured budget, with "
+            f"{intervals_text(ctx.settings)}."
+        )
+    )
+    blocks.append(Table(pd.DataFrame(_headline_rows(ctx, headline, unit))))
+    return blocks + _headline_notes(headline)
+
+
+def _headline_rows(ctx: ReportContext, headline: Sequence[Headline], unit: str) -> list[dict[str, str]]:
+    """The headline table's rows: one per variant, with a column for each kind of check that any row has."""
+    return [
         {
             "sweep": h.sweep,
             "variant": h.label,
@@ -251,15 +265,11 @@ def headline_section(ctx: ReportContext, headline: Sequence[Headline]) -> list[B
         }
         for h in headline
     ]
-    blocks.append(
-        Paragraph(
-            f"M is the effective compute multiplier over the baseline: a variant with M = {PAPER_M} reaches at "
-            f"compute C the loss the baseline reaches only with {PAPER_M} C (compute in {unit}, each variant paying "
-            "for its own depth attention). Shown at each variant's largest measured budget, with "
-            f"{intervals_text(ctx.settings)}."
-        )
-    )
-    blocks.append(Table(pd.DataFrame(rows)))
+
+
+def _headline_notes(headline: Sequence[Headline]) -> list[Block]:
+    """The paragraphs under the headline table: what its check columns mean, and the unreliable intervals."""
+    blocks: list[Block] = []
     choices = sorted({h.choice for h in headline if h.choice_range})
     if choices:
         blocks.append(

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import PFLOP_S_DAY, PowerLaw
-from analysis.laws import law_params
+from analysis.forms import form_of_curve, law_params
 from analysis.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
 from reports.data import MissingData, n_blocks_of, sweep_fit
@@ -105,8 +105,7 @@ def _runs_behind(runs: pd.DataFrame, sw: SweepFit, c: Any, unit: float) -> tuple
 
 
 def _law_text(law: Any) -> str:
-    core = f"{law.A:.4g}$\\cdot C^{{-{law.alpha:.4g}}}$"
-    return f"{law.E:.3g} + {core}" if law.E else core
+    return form_of_curve(law).legend(law)
 
 
 def multiplier_text(curve: str, estimate: Any, n_blocks: int | None = None) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from analysis.forms import law_for
 from analysis.robust_tables import (
     envelope_table,
     paired_table,
@@ -43,6 +44,29 @@ def fit_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
             Paragraph(f"**{MISSING_SEEDS[0].upper() + MISSING_SEEDS[1:]}:**"),
             Bullets(tuple(m.text() for m in sw.missing_seeds)),
         ]
+    blocks += _curve_blocks(ctx, sw)
+    if sw.architecture is not None:
+        cells = architecture_table(sw.architecture)
+        blocks += [Heading("Architecture cells", 3), Paragraph(cells.caption), Table(cells.frame())]
+    if sw.curves and not sw.multipliers:
+        blocks.append(Paragraph(f"No multiplier: {scaling.no_multiplier_reason(ctx.fit, sw)}."))
+    if sw.multipliers:
+        blocks += _multiplier_blocks(ctx, sw)
+    if sw.chinchilla:
+        surface = chinchilla_table(sw, ctx.settings)
+        blocks += [Paragraph(surface.caption), Table(surface.frame())]
+    if sw.frontier_multipliers:
+        at_frontier = frontier_table(sw, ctx.settings)
+        blocks += [Paragraph(at_frontier.caption), Table(at_frontier.frame())]
+    if sw.notes:
+        blocks += [Paragraph("Notes from the fit:"), Bullets(tuple(sw.notes))]
+    return blocks
+
+
+def _curve_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
+    """The sweep's fitted curves (and joint fit), or what it has instead of them: Chinchilla surfaces, an
+    architecture grid, one shape's gaps, or why no curve could be fitted."""
+    blocks: list[Block] = []
     if sw.curves:
         fits = tables.curve_fits(ctx.fit, sw.sweep)
         blocks += [Paragraph(fits.caption), Table(fits.frame())]
@@ -75,52 +99,45 @@ def fit_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
             Table(gaps.frame()),
         ]
     else:
+        law = law_for(ctx.fit.settings.form)
         blocks.append(
             Paragraph(
-                "No curve could be fitted in this sweep: a curve needs finished runs at two or more budgets "
-                "(three with E + A C^-alpha); see the notes below."
+                f"No curve could be fitted in this sweep: a curve needs finished runs at {law.n_params} or more "
+                f"budgets for the form {law.short}; see the notes below."
             )
         )
-    if sw.architecture is not None:
-        cells = architecture_table(sw.architecture)
-        blocks += [Heading("Architecture cells", 3), Paragraph(cells.caption), Table(cells.frame())]
-    if sw.curves and not sw.multipliers:
-        blocks.append(Paragraph(f"No multiplier: {scaling.no_multiplier_reason(ctx.fit, sw)}."))
-    if sw.multipliers:
-        mult = tables.multipliers(ctx.fit, sw.sweep)
-        budget = tables.budget_multipliers(ctx.fit, sw.sweep)
-        blocks += [Heading("Effective compute multiplier", 3), Paragraph(mult.caption), Table(mult.frame())]
-        unreliable = [m for m in sw.multipliers if not m.reliable]
-        if unreliable:
-            blocks += [
-                Paragraph(
-                    f"**Intervals marked UNRELIABLE** (`--resample {ctx.settings.resample}`; the data cannot "
-                    'support a calibrated interval of this kind, docs/analysis.md "Reliability"):'
-                ),
-                Bullets(tuple(f"`{m.variant}`: {m.why}" for m in unreliable)),
-            ]
-        blocks.append(Bullets(tuple(text.sentence for text in exponent_texts(sw))))
-        blocks += [Paragraph(budget.caption), Table(budget.frame())]
-        if any(m.gaps for m in sw.multipliers):
-            gaps = tables.loss_gaps(ctx.fit, sw.sweep)
-            blocks += [Paragraph(gaps.caption), Table(gaps.frame())]
-        blocks += robust_blocks(ctx, sw)
-        sensitivity = tables.sensitivities(ctx.fit, sw.sweep)
-        if sensitivity.rows:
-            order = curve_order([m.variant for m in sw.multipliers])
-            blocks += [
-                Paragraph(sensitivity.caption),
-                Table(sensitivity.frame()),
-                Bullets(tuple(t.sentence for t in sensitivity_texts(sw, order))),
-            ]
-    if sw.chinchilla:
-        surface = chinchilla_table(sw, ctx.settings)
-        blocks += [Paragraph(surface.caption), Table(surface.frame())]
-    if sw.frontier_multipliers:
-        at_frontier = frontier_table(sw, ctx.settings)
-        blocks += [Paragraph(at_frontier.caption), Table(at_frontier.frame())]
-    if sw.notes:
-        blocks += [Paragraph("Notes from the fit:"), Bullets(tuple(sw.notes))]
+    return blocks
+
+
+def _multiplier_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
+    """The sweep's multipliers: the headline table, its unreliable intervals, the exponent test, M per budget,
+    the loss gaps, the robustness checks and the sensitivity to the analysis choices."""
+    mult = tables.multipliers(ctx.fit, sw.sweep)
+    budget = tables.budget_multipliers(ctx.fit, sw.sweep)
+    blocks: list[Block] = [Heading("Effective compute multiplier", 3), Paragraph(mult.caption), Table(mult.frame())]
+    unreliable = [m for m in sw.multipliers if not m.reliable]
+    if unreliable:
+        blocks += [
+            Paragraph(
+                f"**Intervals marked UNRELIABLE** (`--resample {ctx.settings.resample}`; the data cannot "
+                'support a calibrated interval of this kind, docs/analysis.md "Reliability"):'
+            ),
+            Bullets(tuple(f"`{m.variant}`: {m.why}" for m in unreliable)),
+        ]
+    blocks.append(Bullets(tuple(text.sentence for text in exponent_texts(sw))))
+    blocks += [Paragraph(budget.caption), Table(budget.frame())]
+    if any(m.gaps for m in sw.multipliers):
+        gaps = tables.loss_gaps(ctx.fit, sw.sweep)
+        blocks += [Paragraph(gaps.caption), Table(gaps.frame())]
+    blocks += robust_blocks(ctx, sw)
+    sensitivity = tables.sensitivities(ctx.fit, sw.sweep)
+    if sensitivity.rows:
+        order = curve_order([m.variant for m in sw.multipliers])
+        blocks += [
+            Paragraph(sensitivity.caption),
+            Table(sensitivity.frame()),
+            Bullets(tuple(t.sentence for t in sensitivity_texts(sw, order))),
+        ]
     return blocks
 
 

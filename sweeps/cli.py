@@ -71,7 +71,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "interrupted ones), `status` shows where every run stands. See docs/sweeps.md.",
     )
     commands = sweep.add_subparsers(dest="sweep_command", required=True, metavar="COMMAND")
+    _register_plan(commands)
+    _register_run(commands)
+    _register_status(commands)
+    _register_throughput(commands)
+    _register_tune(sub)
 
+
+def _register_plan(commands: argparse._SubParsersAction) -> None:
     plan = commands.add_parser(
         "plan", help="the table of runs, with params, tokens, FLOPs and estimated time; trains nothing"
     )
@@ -97,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _json_argument(plan)
     plan.set_defaults(func=cmd_plan)
 
+
+def _register_run(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="train every unfinished run of the grid (locally or as SLURM job arrays)")
     _grid_arguments(run)
     _launcher_argument(run, "local worker processes, or SLURM via submitit (default: local)")
@@ -116,6 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     run.set_defaults(func=cmd_run)
 
+
+def _register_status(commands: argparse._SubParsersAction) -> None:
     status = commands.add_parser(
         "status", help="done / running / queued / interrupted / failed / diverged / unreadable for every run"
     )
@@ -123,6 +134,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _json_argument(status)
     status.set_defaults(func=cmd_status)
 
+
+def _register_throughput(commands: argparse._SubParsersAction) -> None:
     throughput = commands.add_parser(
         "throughput",
         help="every variant's training tokens/s at every size, measured side by side (for wall-clock M)",
@@ -136,6 +149,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     throughput.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is kept (5)")
     throughput.set_defaults(func=cmd_throughput)
 
+
+def _register_tune(sub: argparse._SubParsersAction) -> None:
+    """``attnres tune``: a command of its own beside ``attnres sweep``, with the grid's arguments."""
     tune = sub.add_parser(
         "tune",
         help="Optuna search of the learning rate (and optionally warm-up, beta2) per model size",

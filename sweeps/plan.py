@@ -23,6 +23,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnres.config import DataConfig
 from attnres.costs import run_budget, states_problem
@@ -228,6 +229,56 @@ def _reusable(cfg, results: Path, grid: Grid) -> bool:
     return False
 
 
+def _rate(run: PlannedRun, kind: str, devices: int, rates: dict, flops_per_s: float | None) -> tuple[float, str]:
+    """A run's training FLOP/s and where it comes from: given, measured (a throughput file), calibrated on the
+    results' finished runs of its shape (or its kind of device), or the default."""
+    cfg = run.cfg
+    shape = (
+        kind,
+        cfg.model.n_layer,
+        cfg.model.d_model,
+        cfg.model.seq_len,
+        cfg.model.variant,  # the results' variant column: an ablation switch is a path of its own speed
+        cfg.model.effective_n_blocks,
+    )
+    measured = ("file", cfg.model.n_layer, cfg.model.d_model, run.variant)
+    if flops_per_s:
+        return flops_per_s * max(1, devices), "given"
+    if measured in rates or ("file", "*") in rates:
+        return rates.get(measured, rates.get(("file", "*"))) * max(1, devices), "file"
+    if shape in rates:
+        return rates[shape], "calibrated"
+    if ("*", kind) in rates:
+        return rates[("*", kind)], "calibrated"
+    return DEFAULT_FLOPS_PER_S[kind] * max(1, devices), "default"
+
+
+def _memory(cfg: Any, kind: str, devices: int, here: float | None) -> tuple[float | None, str | None]:
+    """(peak GiB per device, the problem if it does not fit): estimated where the run's config names its device's
+    memory, else the lower bound against this machine's memory (``here``) for a CPU run."""
+    memory_gib = memory_problem = None
+    if cfg.runtime.device_memory_gb is not None:
+        from attnres.training.memory import check_fit, problem_text
+
+        fit = check_fit(cfg, kind == "gpu", max(1, devices), cfg.runtime.device_memory_gb)
+        memory_gib, memory_problem = fit.estimate.peak_gib, problem_text(cfg, fit)
+    elif here is not None and kind == "cpu":
+        memory_problem = states_problem(cfg, here)
+    return memory_gib, memory_problem
+
+
+def _status(run: PlannedRun, results: str | Path | None, grid: Grid | None) -> str | None:
+    """The run's status in ``results`` (``reuse`` where a ``reuse:`` sweep has it finished), None where unknown."""
+    cfg = run.cfg
+    status = None
+    if results is not None and not run.to_be_tuned:
+        row = read_status(Path(results) / cfg.sweep / cfg.run_id)
+        status = row["status"] if row else None
+        if row is None and grid is not None and _reusable(cfg, Path(results), grid):
+            status = "reuse"
+    return status
+
+
 def plan_rows(
     runs: list[PlannedRun],
     rates: dict,
@@ -252,43 +303,13 @@ def plan_rows(
         cfg = run.cfg
         budget = run_budget(cfg)
         kind, devices = device_of(run, launcher)
-        shape = (
-            kind,
-            cfg.model.n_layer,
-            cfg.model.d_model,
-            cfg.model.seq_len,
-            cfg.model.variant,  # the results' variant column: an ablation switch is a path of its own speed
-            cfg.model.effective_n_blocks,
-        )
-        measured = ("file", cfg.model.n_layer, cfg.model.d_model, run.variant)
-        if flops_per_s:
-            rate, source = flops_per_s * max(1, devices), "given"
-        elif measured in rates or ("file", "*") in rates:
-            rate, source = rates.get(measured, rates.get(("file", "*"))) * max(1, devices), "file"
-        elif shape in rates:
-            rate, source = rates[shape], "calibrated"
-        elif ("*", kind) in rates:
-            rate, source = rates[("*", kind)], "calibrated"
-        else:
-            rate, source = DEFAULT_FLOPS_PER_S[kind] * max(1, devices), "default"
+        rate, source = _rate(run, kind, devices, rates, flops_per_s)
         # a WSD branch trains only its decay; the steps before it are its trunk's (a row of its own)
         own = budget.steps - branch_step(cfg) if run.role == "branch" else budget.steps
         total = budget.flops * own / budget.steps + eval_flops(run)
         per_step = STEP_OVERHEAD_S[kind] if source == "default" else 0.0
-        memory_gib = memory_problem = None
-        if cfg.runtime.device_memory_gb is not None:
-            from attnres.training.memory import check_fit, problem_text
-
-            fit = check_fit(cfg, kind == "gpu", max(1, devices), cfg.runtime.device_memory_gb)
-            memory_gib, memory_problem = fit.estimate.peak_gib, problem_text(cfg, fit)
-        elif here is not None and kind == "cpu":
-            memory_problem = states_problem(cfg, here)
-        status = None
-        if results is not None and not run.to_be_tuned:
-            row = read_status(Path(results) / cfg.sweep / cfg.run_id)
-            status = row["status"] if row else None
-            if row is None and grid is not None and _reusable(cfg, Path(results), grid):
-                status = "reuse"
+        memory_gib, memory_problem = _memory(cfg, kind, devices, here)
+        status = _status(run, results, grid)
         rows.append(
             PlanRow(
                 cfg.run_id,
@@ -373,11 +394,45 @@ def format_plan(
     gpus: int | None = None,
 ) -> str:
     """The plan as a fixed-width table with a totals line (and the tuning that comes first, if any)."""
+    memory = any(r.memory_gib is not None for r in rows)
+    lines = _table_lines(grid, rows, memory)
+    total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged", "reuse"))
+    wall = total_s / max(1, parallel) + (SWEEP_OVERHEAD_S if launcher == "local" and total_s else 0.0)
+    on_cpu = all(r.device == "cpu" for r in rows)
+    here = "this machine's CPU" if on_cpu else "this machine"
+    how = f"one after another on {here}" if launcher == "local" else f"up to {parallel} at a time"
+    lines.append(
+        f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
+        f"for the unfinished runs ({how}; {throughput_text(rows, launcher)})"
+    )
+    grid_gpus = int((grid.slurm or {}).get("gpus_per_node") or 0)
+    if launcher == "local" and on_cpu and grid_gpus and not gpus:
+        lines.append(
+            f"note: this grid asks SLURM for {grid_gpus} GPU(s) per node (slurm.gpus_per_node): it is sized for a "
+            "cluster, not this CPU; plan it with --launcher slurm or --gpus N"
+        )
+    if gpus:
+        lines.extend(packing_lines(rows, gpus))
+    for summary in data or ():
+        lines.append(summary.line())
+    lines += _warning_lines(grid, rows, memory)
+    if tuning:
+        tune_s = sum(r.est_s for r in tuning) / max(1, parallel)
+        lines.append(
+            f"tuning first: {len(tuning)} trial runs ({grid.tune.trials} + {grid.tune.finalists} finalists per size "
+            f"and tuned variant, {grid.tune.budget.label}, at most; pruned trials stop early), estimated "
+            f"{human_time(tune_s)}"
+        )
+    return "\n".join(lines)
+
+
+def _table_lines(grid: Grid, rows: list[PlanRow], memory: bool) -> list[str]:
+    """The plan's fixed-width table, one line per run under a header (a memory column where there are
+    estimates, a cell column for an architecture grid)."""
     header = (
         "run_id", "variant", "N", "params", "tokens", "epochs", "repeat", "steps", "FLOPs", "lr", "seed", "est. time",
         "status",
     )  # fmt: skip
-    memory = any(r.memory_gib is not None for r in rows)
     if memory:
         header = (*header[:-2], "mem GiB", *header[-2:])
     cells = grid.architecture is not None  # a cell's run id does not show its heads: its own column does
@@ -406,26 +461,13 @@ def format_plan(
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-    total_s = sum(r.est_s for r in rows if r.status not in ("done", "diverged", "reuse"))
-    wall = total_s / max(1, parallel) + (SWEEP_OVERHEAD_S if launcher == "local" and total_s else 0.0)
-    on_cpu = all(r.device == "cpu" for r in rows)
-    here = "this machine's CPU" if on_cpu else "this machine"
-    how = f"one after another on {here}" if launcher == "local" else f"up to {parallel} at a time"
-    lines.append(
-        f"{len(rows)} runs, {sum(r.flops for r in rows):.3g} training FLOPs; estimated {human_time(wall)} of wall time "
-        f"for the unfinished runs ({how}; {throughput_text(rows, launcher)})"
-    )
-    grid_gpus = int((grid.slurm or {}).get("gpus_per_node") or 0)
-    if launcher == "local" and on_cpu and grid_gpus and not gpus:
-        lines.append(
-            f"note: this grid asks SLURM for {grid_gpus} GPU(s) per node (slurm.gpus_per_node): it is sized for a "
-            "cluster, not this CPU; plan it with --launcher slurm or --gpus N"
-        )
-    if gpus:
-        lines.extend(packing_lines(rows, gpus))
-    for summary in data or ():
-        lines.append(summary.line())
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+
+
+def _warning_lines(grid: Grid, rows: list[PlanRow], memory: bool) -> list[str]:
+    """What the plan warns of: runs that do not fit in memory, runs of more than one epoch, learning rates still
+    to be tuned, and the rate sweep's lines."""
+    lines: list[str] = []
     if memory:
         lines.extend(memory_lines(rows))
     elif unfit := [r for r in rows if r.memory_problem]:  # this machine's memory, without runtime.device_memory_gb
@@ -447,15 +489,7 @@ def format_plan(
             f"lr {grid.lr}: the learning rates come from `{grid.tune_command('RESULTS')}`, which has not run yet; "
             "the run ids (-?) are known after it"
         )
-    lines += rate_sweep_lines(rows)
-    if tuning:
-        tune_s = sum(r.est_s for r in tuning) / max(1, parallel)
-        lines.append(
-            f"tuning first: {len(tuning)} trial runs ({grid.tune.trials} + {grid.tune.finalists} finalists per size "
-            f"and tuned variant, {grid.tune.budget.label}, at most; pruned trials stop early), estimated "
-            f"{human_time(tune_s)}"
-        )
-    return "\n".join(lines)
+    return lines + rate_sweep_lines(rows)
 
 
 def rate_sweep_lines(rows: list[PlanRow]) -> list[str]:

@@ -110,9 +110,9 @@ def one_error_line(err: str) -> str:
 
 
 def test_fit_refuses_an_unknown_baseline_with_a_suggestion_before_fitting(clean, tmp_path, capsys, monkeypatch):
-    import analysis.sweep_fits
+    import analysis.curve_fits
 
-    monkeypatch.setattr(analysis.sweep_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
+    monkeypatch.setattr(analysis.curve_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
     out = tmp_path / "fit.json"
     assert run(parse(["fit", str(clean), "--baseline", "basline", "--out", str(out)])) == 2
     line = one_error_line(capsys.readouterr().err)
@@ -144,10 +144,10 @@ def test_fit_on_an_empty_folder_says_no_runs_and_writes_nothing(tmp_path, capsys
 
 @pytest.mark.parametrize("where", ["file in the way", "folder at the path", "not writable"])
 def test_fit_refuses_an_unwritable_output_before_fitting(clean, tmp_path, capsys, monkeypatch, where):
-    import analysis.sweep_fits
+    import analysis.curve_fits
     import attnres.storage.writable
 
-    monkeypatch.setattr(analysis.sweep_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
+    monkeypatch.setattr(analysis.curve_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
     if where == "file in the way":
         (tmp_path / "a-file").write_text("x")
         out, expected = tmp_path / "a-file" / "fit.json", "is a file, not a folder"

@@ -175,14 +175,14 @@ def test_without_a_fitted_baseline_curves_are_fitted_but_no_multiplier(tmp_path)
 
 
 def test_an_unknown_baseline_is_one_clear_error_before_any_fitting(tmp_path, monkeypatch):
-    import analysis.sweep_fits
+    import analysis.curve_fits
 
     write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.2, "full": 1.27}, tables=False)
 
     def no_fitting(*args, **kwargs):
         raise AssertionError("fitted before checking the variant names")
 
-    monkeypatch.setattr(analysis.sweep_fits, "run_study", no_fitting)
+    monkeypatch.setattr(analysis.curve_fits, "run_study", no_fitting)
     with pytest.raises(AnalysisError) as err:
         fit_results(tmp_path, baseline="basline", n_boot=0)
     message = str(err.value)

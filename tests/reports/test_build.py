@@ -304,6 +304,19 @@ def test_pflops_days_and_shared_exponent_options(tree, tmp_path):
     assert summary.fit.settings.compute_unit == "pflops_days"
 
 
+def test_a_report_under_the_curved_law_names_its_form_and_draws_its_curves(tree, tmp_path):
+    # a form is asked, not named: the report's tables, legend and provenance come from the law (analysis.forms)
+    summary = reports.build_report(tree, tmp_path, formats=("png",), n_boot=20, form="curved", strict=True)
+    md = summary.report_md.read_text()
+    assert summary.fit.settings.form == "A*C^-(alpha+beta*lnC)" and "(alpha+beta*lnC)" in json_form(summary)
+    assert "beta" in md and "L = A * (C/C0)^-(alpha + beta * ln(C/C0))" in md
+    assert "scaling_curves" in {f.name for f in summary.figures}
+
+
+def json_form(summary) -> str:
+    return json.loads(summary.fit_json.read_text())["settings"]["form"]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # partial trees: never crash, say why
 # ---------------------------------------------------------------------------------------------------------
