@@ -304,6 +304,51 @@ def test_fit_reproduces_the_cpu_depth_trend_table():
     assert len(edges) == 6 and "6 of the 20" in head
 
 
+DEEP = ROOT / "studies" / "cpu_depth_deep"
+needs_deep = pytest.mark.skipif(
+    not (DEEP / "report" / "report.json").is_file(), reason="studies/cpu_depth_deep is not here"
+)
+
+
+@needs_deep
+@needs_depth
+def test_fit_reproduces_the_cpu_depth_deep_ladder_and_its_profiles():
+    """cpu_depth_deep pooled with cpu_depth (`attnres fit ... --pool studies/cpu_depth/results --lr envelope`): the
+    page's table of the gap per depth, its trend and where the line crosses 0, per training length; the first lines
+    quote the deepest gap and the crossing; the committed report is the report of these runs; profiles.txt is what
+    profiles.py prints."""
+    import json
+
+    from analysis import fit_results, load_results
+    from analysis.shape_tables import depth_table
+
+    results = load_results(DEEP / "results", tables=(), pool=[DEPTH / "results"])
+    report = fit_results(results, lr="envelope", chinchilla=False)
+    page = (DEEP / "README.md").read_text()
+    expected = [
+        [f"{tpp} tokens/param", *map(str, row[1:])]
+        for tpp in (8, 16)
+        for row in depth_table(report.sweep(f"cpu_depth@{tpp}tpp"), report.settings).rows
+    ]
+    assert table_rows(page, r"\d+ tokens/param") == expected
+    head = page[: page.index("## Design")]
+    for tpp in (8, 16):
+        trend = report.sweep(f"cpu_depth@{tpp}tpp").multiplier("block").depth
+        assert trend is not None and trend.span == (8, 48)
+        assert f"{trend.points[-1].gap:+.2f} %" in head, tpp
+    trend16 = report.sweep("cpu_depth@16tpp").multiplier("block").depth
+    assert trend16.crossing_text().split(" (")[0] in head
+    saved = json.loads((DEEP / "report" / "report.json").read_text())
+    assert saved["fit"]["inputs_hash"] == results.inputs_hash
+    spec = importlib.util.spec_from_file_location("profiles", DEEP / "profiles.py")
+    profiles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profiles)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        profiles.main()
+    assert printed.getvalue() == (DEEP / "profiles.txt").read_text()
+
+
 ARCH = ROOT / "studies" / "cpu_architecture"
 needs_arch = pytest.mark.skipif(
     not (ARCH / "report" / "report.json").is_file(), reason="studies/cpu_architecture is not here"
