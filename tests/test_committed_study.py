@@ -279,21 +279,27 @@ needs_depth = pytest.mark.skipif(
 )
 
 
+def depth_rows(report) -> list[list[str]]:
+    """The rows of cpu_depth's depth table per training length as `attnres fit` prints them, as a page holds them:
+    both cpu_depth's page and cpu_depth_deep's (the same sweep name, pooled)."""
+    from analysis.shape_tables import depth_table
+
+    return [
+        [f"{tpp} tokens/param", *map(str, row[1:])]
+        for tpp in (8, 16)
+        for row in depth_table(report.sweep(f"cpu_depth@{tpp}tpp"), report.settings).rows
+    ]
+
+
 @needs_depth
 def test_fit_reproduces_the_cpu_depth_trend_table():
     """The page's table of the paired gap per depth and its trend, per training length, as `attnres fit --lr
     envelope` prints it, and the trends its first lines quote."""
     from analysis import fit_results
-    from analysis.shape_tables import depth_table
 
     report = fit_results(DEPTH / "results", lr="envelope", chinchilla=False)
     page = (DEPTH / "README.md").read_text()
-    expected = [
-        [f"{tpp} tokens/param", *map(str, row[1:])]
-        for tpp in (8, 16)
-        for row in depth_table(report.sweep(f"cpu_depth@{tpp}tpp"), report.settings).rows
-    ]
-    assert table_rows(page, r"\d+ tokens/param") == expected
+    assert table_rows(page, r"\d+ tokens/param") == depth_rows(report)
     head = page[: page.index("## Why this design")]
     for tpp in (8, 16):
         block = report.sweep(f"cpu_depth@{tpp}tpp").multiplier("block")
@@ -320,17 +326,11 @@ def test_fit_reproduces_the_cpu_depth_deep_ladder_and_its_profiles():
     import json
 
     from analysis import fit_results, load_results
-    from analysis.shape_tables import depth_table
 
     results = load_results(DEEP / "results", tables=(), pool=[DEPTH / "results"])
     report = fit_results(results, lr="envelope", chinchilla=False)
     page = (DEEP / "README.md").read_text()
-    expected = [
-        [f"{tpp} tokens/param", *map(str, row[1:])]
-        for tpp in (8, 16)
-        for row in depth_table(report.sweep(f"cpu_depth@{tpp}tpp"), report.settings).rows
-    ]
-    assert table_rows(page, r"\d+ tokens/param") == expected
+    assert table_rows(page, r"\d+ tokens/param") == depth_rows(report)
     head = page[: page.index("## Design")]
     for tpp in (8, 16):
         trend = report.sweep(f"cpu_depth@{tpp}tpp").multiplier("block").depth
