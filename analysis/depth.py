@@ -211,13 +211,12 @@ class Line:
 
 
 def _fieller_root(
-    g_mean: float, slope: float, x_mean: float, weight: float, sxx: float, spread: float, level: float
+    root: float, g_mean: float, slope: float, x_mean: float, weight: float, sxx: float, spread: float, level: float
 ) -> Estimate:
-    """The root of the line g(x) = g_mean + slope (x - x_mean) and the set of x at which 0 lies inside the line's
-    interval there, ``spread`` being the quantile times the noise per unit weight: a closed interval where the slope
-    is resolved from 0, otherwise unbounded on both sides (-inf, inf), since the complement of a bounded set is not
-    an interval the caller could use."""
-    root = x_mean - g_mean / slope if slope != 0 else math.nan
+    """``root``, the caller's root of the line g(x) = g_mean + slope (x - x_mean), with the set of x at which 0 lies
+    inside the line's interval there (``spread``: the quantile times the noise per unit weight): a closed interval
+    where the slope is resolved from 0, otherwise unbounded on both sides (-inf, inf), since the complement of a
+    bounded set is not an interval the caller could use."""
     a = slope * slope - spread * spread / sxx
     if not math.isfinite(spread) or a <= 0:
         return Estimate(root, -math.inf, math.inf, level)
@@ -256,10 +255,11 @@ def line_change(
     ends = (intercept + slope * float(x[0]), intercept + slope * float(x[-1]))
     use_floor = noise_floor > 0 and not (sd >= noise_floor)
     noise, basis = (noise_floor, "floor") if use_floor else (sd, "residuals")
-    root = Estimate(xm - ym / slope if slope != 0 else math.nan, level=level)
+    x0 = xm - ym / slope if slope != 0 else math.nan
+    root = Estimate(x0, level=level)
     if not interval or not math.isfinite(noise):
         return Line(Estimate(change, level=level), ends, sd, noise, basis, df, root)
     quantile = float(norm.ppf(0.5 + level / 2) if use_floor else student_t.ppf(0.5 + level / 2, df))
     half = quantile * noise / math.sqrt(sxx) * span
-    root = _fieller_root(ym, slope, xm, float(w.sum()), sxx, quantile * noise, level)
+    root = _fieller_root(x0, ym, slope, xm, float(w.sum()), sxx, quantile * noise, level)
     return Line(Estimate(change, change - half, change + half, level), ends, sd, noise, basis, df, root)
