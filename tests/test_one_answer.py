@@ -33,6 +33,7 @@ FITS = {
     "cpu_depth": {"lr": "envelope"},
     "cpu_architecture": {},
     "cpu_ablations": {"lr": "envelope"},
+    "cpu_depth_deep": {"lr": "envelope", "pool": "studies/cpu_depth/results"},  # as its page fits it
 }
 ENVELOPED = [name for name, options in FITS.items() if options.get("lr") == "envelope"]
 
@@ -161,8 +162,9 @@ def test_a_1e_10_nudge_of_the_losses_moves_no_headline_more_than_1e_6(name):
     0.892 and 0.927. Now each headline M, its bounds and its paired M move by less than 1e-6."""
     from analysis import fit_results, load_results
 
-    results = load_results(_present(name), tables=())
     options = {"n_boot": 200, "chinchilla": False, **FITS[name]}
+    pool = [ROOT / options.pop("pool")] if "pool" in options else []
+    results = load_results(_present(name), tables=(), pool=pool)
 
     def headlines(res) -> list[float]:
         out = []
