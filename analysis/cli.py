@@ -18,8 +18,8 @@ DEFAULT_OUTPUT = "fit.json"
 
 def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The options of :func:`analysis.fit_results`, shared by ``attnres fit`` and ``attnres report``: every field of
-    :class:`analysis.settings.FitSettings` (defaults, choices and help declared there), and ``--sweep``."""
-    from analysis.settings import add_arguments
+    :class:`analysis.fitting.settings.FitSettings` (defaults, choices and help declared there), and ``--sweep``."""
+    from analysis.fitting.settings import add_arguments
 
     add_arguments(parser)
     parser.add_argument("--sweep", action="append", default=None, help="only this sweep (repeatable; default: all)")
@@ -27,7 +27,7 @@ def add_fit_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
 
 def fit_options(args: argparse.Namespace) -> dict:
     """The arguments of :func:`analysis.fit_results` from options added by :func:`add_fit_options`."""
-    from analysis.settings import from_arguments
+    from analysis.fitting.settings import from_arguments
 
     return {"settings": from_arguments(args), "sweeps": args.sweep}
 
@@ -82,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
     (some run.parquet could not be read: the output says INCOMPLETE and lists them first); 2 bad input (a
     missing or empty results folder, an unknown variant or sweep name, an output that cannot be written).
     Every error is one line on stderr; nothing is written when there is nothing to fit."""
-    from analysis.errors import AnalysisError
-    from analysis.load import load_results
-    from analysis.output import check_output_file
-    from analysis.sweep_fits import fit_results
-    from analysis.tables import format_report, incomplete_text
+    from analysis.base.errors import AnalysisError
+    from analysis.data.load import load_results
+    from analysis.fitting.sweep_fits import fit_results
+    from analysis.tables.output import check_output_file
+    from analysis.tables.tables import format_report, incomplete_text
     from attnres.storage.schema import atomic_write_bytes
 
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUTPUT

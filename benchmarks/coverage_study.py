@@ -4,7 +4,7 @@
     python benchmarks/coverage_study.py --reps 200 --n-boot 300 --scenario a-power --method budgets
 
 Each replicate simulates the points of a baseline and one variant (flops and the loss of every seed at every
-budget; no parquet tree), fits them with :func:`analysis.curve_fits.fit_curves`, the function ``attnres fit``
+budget; no parquet tree), fits them with :func:`analysis.fitting.curve_fits.fit_curves`, the function ``attnres fit``
 runs per sweep once its points are chosen, and checks whether the headline's interval (M at the largest
 budget, exponent "auto") contains the true M. The variant is the baseline's true curve at M times the compute,
 ``L_var(C) = L_base(M C)``, so M is the same at every budget, also for the bending law: "the truth" is M at the
@@ -38,9 +38,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.curve_fits import fit_curves  # noqa: E402
-from analysis.settings import FitSettings  # noqa: E402
-from analysis.study import INTERVAL_METHODS, CurveData  # noqa: E402
+from analysis.estimates.study import INTERVAL_METHODS, CurveData  # noqa: E402
+from analysis.fitting.curve_fits import fit_curves  # noqa: E402
+from analysis.fitting.settings import FitSettings  # noqa: E402
 
 TRUE_M = 0.8
 C_MIN, C_MAX = 2.6e11, 3.6e13  # the committed study's budgets

@@ -1,6 +1,6 @@
 """The power of a fixed-width depth ladder (studies/cpu_depth/README.md): how wide the 90 % interval of the depth
-trend (the change of the paired gap from the shallowest to the deepest size, analysis/depth.py) will be, and whether
-it covers the truth, for a design of depths and seeds, with the noise measured in a committed study.
+trend (the change of the paired gap from the shallowest to the deepest size, analysis/estimates/depth.py) will be, and
+whether it covers the truth, for a design of depths and seeds, with the noise measured in a committed study.
 
 The noise: each (size, budget, seed) of the committed study at d_model 48 gives a paired gap between the two arms'
 learning-rate envelope minima (a parabola in ln rate through the best rate and its neighbours, as `--lr envelope`
@@ -74,7 +74,7 @@ def measured_noise(
 
 def trend_intervals(x: np.ndarray, y: np.ndarray, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
     """The change of the least-squares line over x's span and its t half-width, for each row of y (as
-    analysis.depth does for one)."""
+    analysis.estimates.depth does for one)."""
     from scipy.stats import t as student_t
 
     dx = x - x.mean()

@@ -7,9 +7,9 @@
 
 Each replicate simulates one tokens-per-parameter slice of a study designed like studies/cpu_envelope: 5 sizes,
 the baseline and a variant each at 4 learning rates a factor 2 apart and 2 seeds, as a results table of runs (no
-parquet tree), and fits it as ``attnres fit --lr envelope`` does (:func:`analysis.sweep_fits.prepare_sweep`, then
-:func:`analysis.curve_fits.fit_curves`). The truth: the variant is the baseline at M = 1.25 times the compute, so
-M is the same at every size. Each run's log loss is
+parquet tree), and fits it as ``attnres fit --lr envelope`` does (:func:`analysis.fitting.sweep_fits.prepare_sweep`,
+then :func:`analysis.fitting.curve_fits.fit_curves`). The truth: the variant is the baseline at M = 1.25 times the
+compute, so M is the same at every size. Each run's log loss is
 
     ln L_base(M C) + k (ln lr - ln lr*)^2 (+ asymmetry) + a seed's shift + run noise (+ a stall)
 
@@ -31,10 +31,10 @@ Scenarios:
 * worst: stalls, lr-error and asymmetric together.
 
 Estimators, for the headline M at the largest budget: the power-law fit with the bootstrap over budgets (the
-default of ``attnres fit``), and the paired per-size M with its t-interval over sizes (:mod:`analysis.paired`);
-both from the envelope's minima. Prints per scenario and estimator: the coverage of the nominal 90 % interval,
-its median width (high / low) and the median estimate over the truth. 300 replicates give a coverage a standard
-error of about 0.017.
+default of ``attnres fit``), and the paired per-size M with its t-interval over sizes
+(:mod:`analysis.estimates.paired`); both from the envelope's minima. Prints per scenario and estimator: the coverage of
+the nominal 90 % interval, its median width (high / low) and the median estimate over the truth. 300 replicates give a
+coverage a standard error of about 0.017.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.curve_fits import fit_curves  # noqa: E402
-from analysis.paired import paired_multiplier  # noqa: E402
-from analysis.settings import FitSettings  # noqa: E402
-from analysis.sweep_points import prepare_sweep  # noqa: E402
+from analysis.estimates.paired import paired_multiplier  # noqa: E402
+from analysis.fitting.curve_fits import fit_curves  # noqa: E402
+from analysis.fitting.settings import FitSettings  # noqa: E402
+from analysis.fitting.sweep_points import prepare_sweep  # noqa: E402
 
 TRUE_M = 1.25
 SIZES = np.geomspace(8e4, 3.2e5, 5)  # non-embedding parameters, about cpu_envelope's ladder

@@ -1,6 +1,7 @@
 """The power of a one-shape study (the block-size and ablation sweeps, studies/cpu_ablations/README.md): how wide the
-90 % interval of each curve's gap to the baseline will be (analysis/one_shape.py, as `attnres fit --lr envelope`
-computes it), whether it covers the truth, and how often it excludes 0, for a design of curves, rates and seeds.
+90 % interval of each curve's gap to the baseline will be (analysis/estimates/one_shape.py, as
+`attnres fit --lr envelope` computes it), whether it covers the truth, and how often it excludes 0, for a design of
+curves, rates and seeds.
 
 Each simulated curve has an asymmetric loss-rate curve as the CPU studies measured (one factor 2 above the best rate
 costs 5 % of loss, one below under 1 %: cpu_envelope), its best rate anywhere within a factor 1.4 of the grid's
@@ -23,8 +24,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.envelope import envelope_points, fit_envelopes
-from analysis.one_shape import RESOLUTION, one_shape_comparison
+from analysis.data.envelope import envelope_points, fit_envelopes
+from analysis.estimates.one_shape import RESOLUTION, one_shape_comparison
 
 LOW, HIGH = 0.008 / math.log(2) ** 2, 0.05 / math.log(2) ** 2  # log-loss curvature below / above the best rate
 
@@ -32,7 +33,8 @@ LOW, HIGH = 0.008 / math.log(2) ** 2, 0.05 / math.log(2) ** 2  # log-loss curvat
 def resolution(low: float = 0.008, high: float = 0.05, positions: int = 201) -> float:
     """The sd of a 3-rate parabola's misreading of an asymmetric curve's minimum, as its best rate falls evenly
     between the rates (one factor 2 apart), per unit of the parabola's curvature times the spacing squared: what
-    analysis.one_shape.RESOLUTION holds. ``low`` / ``high``: the log-loss cost one factor 2 below / above the best."""
+    analysis.estimates.one_shape.RESOLUTION holds. ``low`` / ``high``: the log-loss cost one factor 2 below / above the
+    best."""
     h = math.log(2)
     t = np.array([-h, 0.0, h])
     misread, curvature = [], []
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(
             f"resolution: sd of the minimum's misreading per unit c h^2 = {resolution():.3f} (5 % / 0.8 % a factor 2 "
             f"above / below the best rate, as cpu_envelope measured); {resolution(0.01, 0.03):.3f} at 3 % / 1 %; "
-            f"analysis.one_shape.RESOLUTION = {RESOLUTION}"
+            f"analysis.estimates.one_shape.RESOLUTION = {RESOLUTION}"
         )
         return {}
     total = args.noise / 100 / math.sqrt(2)  # one curve's share of a seed's paired-gap noise

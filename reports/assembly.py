@@ -10,17 +10,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from reports.captions import report_title
-from reports.context import ReportContext
-from reports.document import Heading
-from reports.files import json_clean
-from reports.folder import REPORT_FORMAT
-from reports.headline import Headline, behind_headline_section, headline_section, verdict_section
-from reports.paper_section import paper_section
-from reports.problems import problems_section, skipped_section
-from reports.provenance import provenance_record, provenance_section
-from reports.section import Section, number_figures
-from reports.sweep_section import sweep_section
+from reports.base.captions import report_title
+from reports.base.context import ReportContext
+from reports.document.document import Heading
+from reports.document.files import json_clean
+from reports.document.folder import REPORT_FORMAT
+from reports.sections.headline import Headline, behind_headline_section, headline_section, verdict_section
+from reports.sections.paper_section import paper_section
+from reports.sections.problems import problems_section, skipped_section
+from reports.sections.provenance import provenance_record, provenance_section
+from reports.sections.section import Section, number_figures
+from reports.sections.sweep_section import sweep_section
 
 
 def document(ctx: ReportContext, headline: Sequence[Headline]) -> Section:

@@ -13,17 +13,18 @@ report.json.
     OUT/figures/<sweep>/<figure>.png|.svg(|.pdf)
     OUT/tables/<sweep>/<table>.csv
 
-A figure whose data are missing is skipped with its reason (:class:`reports.data.MissingData`); any other
+A figure whose data are missing is skipped with its reason (:class:`reports.base.data.MissingData`); any other
 error in one figure is also recorded as a skip (``strict=True`` raises it instead), so a partial results tree
 never stops the report. Output is deterministic: the same results give the same report.md and report.json
 byte for byte, and the same PNG/SVG files with the same matplotlib. Never imports torch.
 
-Where the parts live: :class:`reports.context.ReportContext` holds one build's inputs and options, and each
-section is a function of it (:mod:`reports.provenance`, :mod:`reports.headline`, :mod:`reports.sweep_section`
-with :mod:`reports.sweep_fits`, :mod:`reports.sweep_figures` and :mod:`reports.sweep_tables`,
-:mod:`reports.paper_section`, :mod:`reports.problems`), joined in order by :mod:`reports.assembly`; a figure or
-table is drawn or skipped by :mod:`reports.section`; the words are in :mod:`reports.captions`, the paper's numbers
-in :mod:`reports.paper`, the files are written by :mod:`reports.files` into a folder :mod:`reports.folder` swaps in.
+Where the parts live: :class:`reports.base.context.ReportContext` holds one build's inputs and options, and each
+section is a function of it (:mod:`reports.sections.provenance`, :mod:`reports.sections.headline`,
+:mod:`reports.sections.sweep_section` with :mod:`reports.sections.sweep_fits`, :mod:`reports.sections.sweep_figures` and
+:mod:`reports.sections.sweep_tables`, :mod:`reports.sections.paper_section`, :mod:`reports.sections.problems`), joined
+in order by :mod:`reports.assembly`; a figure or table is drawn or skipped by :mod:`reports.sections.section`; the words
+are in :mod:`reports.base.captions`, the paper's numbers in :mod:`reports.base.paper`, the files are written by
+:mod:`reports.document.files` into a folder :mod:`reports.document.folder` swaps in.
 """
 
 from __future__ import annotations
@@ -36,15 +37,23 @@ from pathlib import Path
 from typing import Any
 
 from analysis import Results, fit_results, load_results
-from analysis.metric import VAL, with_metric
+from analysis.fitting.metric import VAL, with_metric
 from reports.assembly import document, report_record
-from reports.captions import report_title
-from reports.context import ReportContext
-from reports.files import FIGURE_FORMATS, FIT_JSON, REPORT_HTML, REPORT_JSON, REPORT_MD, document_paths, write_documents
-from reports.folder import build_into, check_report_folder
-from reports.headline import Headline, headlines
-from reports.records import ReportSummary
-from reports.section import Section
+from reports.base.captions import report_title
+from reports.base.context import ReportContext
+from reports.document.files import (
+    FIGURE_FORMATS,
+    FIT_JSON,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    document_paths,
+    write_documents,
+)
+from reports.document.folder import build_into, check_report_folder
+from reports.sections.headline import Headline, headlines
+from reports.sections.records import ReportSummary
+from reports.sections.section import Section
 
 
 def build_report(
@@ -70,7 +79,7 @@ def build_report(
     level, n_boot, seed, delta, exponent, frontier, compute_unit, sweeps, chinchilla, budget_rtol).
     Raises :class:`analysis.ResultsError` when ``results_dir`` is not a folder, :class:`analysis.OutputError`
     (checked before any work) when ``out_dir`` cannot be written or is a folder of other files (a build replaces
-    its folder as a whole: it is made in a temporary sibling and swapped in, :mod:`reports.folder`), and
+    its folder as a whole: it is made in a temporary sibling and swapped in, :mod:`reports.document.folder`), and
     :class:`analysis.AnalysisError` for bad fit options; nothing about the runs themselves raises.
     """
     # matplotlib only once a report is built (it is slow to import), with the Agg backend before any figure
@@ -95,7 +104,7 @@ def build_report(
     def build(work: Path) -> tuple[Path, Section, list[Headline], list[Path]]:
         return (work, *_write_report(ReportContext(results, fit, work, formats, html, paper, strict)))
 
-    # built in a temporary sibling and swapped in: the folder is always one whole report (reports/folder.py)
+    # built in a temporary sibling and swapped in: the folder is always one whole report (reports/document/folder.py)
     work, made, headline, files = build_into(real_out, build)
 
     def moved(path: Path) -> Path:

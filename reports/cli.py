@@ -54,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
     # here, not at the top: the builder pulls in pandas, scipy and matplotlib, and `attnres --help` stays fast
     from pathlib import Path
 
-    from analysis.errors import AnalysisError
-    from analysis.tables import incomplete_text
+    from analysis.base.errors import AnalysisError
+    from analysis.tables.tables import incomplete_text
     from reports.build import build_report
-    from reports.headline import one_shape_sweeps, one_shape_text
+    from reports.sections.headline import one_shape_sweeps, one_shape_text
 
     out = Path(args.out) if args.out else Path(args.results_dir) / DEFAULT_OUT
     try:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"      {summary.report_html}")
     if summary.headline:
         print("headline (effective compute multiplier over the baseline at the largest budget):")
-        several = len({h.sweep for h in summary.headline}) > 1  # e.g. one per training length (analysis.slices)
+        several = len({h.sweep for h in summary.headline}) > 1  # e.g. one per training length (analysis.data.slices)
         for h in summary.headline:
             print(f"  {h.sweep}: {h.text()}" if several else f"  {h.text()}")
     elif one_shape := one_shape_sweeps(summary.fit):

@@ -31,7 +31,8 @@ from sweeps.specs import PlannedRun
 
 WHERE = "ladder.architecture."
 SECTION = "ladder.architecture"
-MAX_TOLERANCE = 0.2  # (1 + 0.2) / (1 - 0.2) = 1.5, the factor analysis.architecture reads a sweep as one within
+# (1 + 0.2) / (1 - 0.2) = 1.5, the factor analysis.estimates.architecture reads a sweep as one within
+MAX_TOLERANCE = 0.2
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from analysis.laws import PFLOP_S_DAY, ChinchillaLaw, PowerLaw
+from analysis.laws.laws import PFLOP_S_DAY, ChinchillaLaw, PowerLaw
 from attnres.storage.schema import (
     CONFIG_FILE,
     DEPTH_ATTN_FILE,

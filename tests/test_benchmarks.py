@@ -198,8 +198,9 @@ def test_the_depth_power_analysis_measures_its_noise_and_covers_at_its_level(cap
 
 @pytest.mark.integration  # a script end to end: pytest -m integration
 def test_the_one_shape_power_analysis_covers_near_its_level(capsys):
-    """benchmarks/one_shape_power.py: simulated one-shape studies read by analysis/one_shape.py as `attnres fit --lr
-    envelope` does; with per-run noise its 90 % intervals cover near 0.9 (docs/analysis.md has the measured numbers)."""
+    """benchmarks/one_shape_power.py: simulated one-shape studies read by analysis/estimates/one_shape.py as
+    `attnres fit --lr envelope` does; with per-run noise its 90 % intervals cover near 0.9 (docs/analysis.md has the
+    measured numbers)."""
     from benchmarks import one_shape_power
 
     coverage = one_shape_power.main(["--curves", "6", "--reps", "25"])

@@ -36,7 +36,7 @@ def wsd_cells(report, sweep: str, part: str, variant: str) -> str:
     """One cell of the README's cpu_wsd table: M at the largest budget of a ratio's fit (marked where its
     interval is unreliable), or M between the whole sweep's Chinchilla frontiers at its largest compute."""
     if part == FRONTIER:
-        from analysis.frontier import at_largest_compute
+        from analysis.estimates.frontier import at_largest_compute
 
         (top,) = [f for f in at_largest_compute(report.sweep(sweep).frontier_multipliers) if f.variant == variant]
         return top.M.text(3) + " (not calibrated)"
@@ -201,7 +201,7 @@ def envelope_report():
 
 @needs_envelope
 def test_fit_reproduces_the_cpu_envelope_tables_of_m_and_of_the_best_rates(envelope_report):
-    from analysis.robust_tables import protocol_table
+    from analysis.tables.robust_tables import protocol_table
 
     page = (ROOT / "studies" / "cpu_envelope" / "README.md").read_text()
     expected = [
@@ -249,7 +249,7 @@ def test_fit_reproduces_the_cpu_muon_table_and_its_comparison():
     """The page's table (both arms, both ratios) as `attnres fit --lr envelope` prints it, and the ratios of M it
     quotes as studies/cpu_muon/compare.py computes them."""
     from analysis import fit_results
-    from analysis.robust_tables import protocol_table
+    from analysis.tables.robust_tables import protocol_table
 
     report = fit_results(MUON / "results", lr="envelope", chinchilla=False)
     page = (MUON / "README.md").read_text()
@@ -282,7 +282,7 @@ needs_depth = pytest.mark.skipif(
 def depth_rows(report) -> list[list[str]]:
     """The rows of cpu_depth's depth table per training length as `attnres fit` prints them, as a page holds them:
     both cpu_depth's page and cpu_depth_deep's (the same sweep name, pooled)."""
-    from analysis.shape_tables import depth_table
+    from analysis.tables.shape_tables import depth_table
 
     return [
         [f"{tpp} tokens/param", *map(str, row[1:])]
@@ -360,7 +360,7 @@ def test_fit_reproduces_the_cpu_architecture_cells():
     """The page's table of the cells (both curves' losses, the best cells, the gaps and Block's gap trend) as
     `attnres fit` prints it."""
     from analysis import fit_results
-    from analysis.shape_tables import architecture_table
+    from analysis.tables.shape_tables import architecture_table
 
     report = fit_results(ARCH / "results", chinchilla=False)
     grid = report.sweep("cpu_architecture").architecture
@@ -384,7 +384,7 @@ def test_fit_reproduces_the_cpu_ablations_gaps():
     """The page's table of every curve's loss and gap to the baseline at L6-d48 (the paper's block-size figure and
     Table 4 at CPU scale) as `attnres fit --lr envelope` prints it, and the gaps its first lines quote."""
     from analysis import fit_results
-    from analysis.shape_tables import one_shape_table
+    from analysis.tables.shape_tables import one_shape_table
     from attnres.variants import curve_order
 
     report = fit_results(ABLATIONS / "results", lr="envelope", chinchilla=False)

@@ -47,8 +47,8 @@ def _present(name: str) -> Path:
 
 def _runs(results: Path) -> pd.DataFrame:
     from analysis import load_results
-    from analysis.points import labelled
-    from analysis.select import finished_runs
+    from analysis.data.points import labelled
+    from analysis.data.select import finished_runs
 
     runs = load_results(results, tables=()).runs
     return labelled(finished_runs(runs[~runs["sweep"].str.endswith("-trunk")]))
@@ -56,7 +56,7 @@ def _runs(results: Path) -> pd.DataFrame:
 
 @pytest.mark.parametrize("name", ENVELOPED)
 def test_every_committed_envelope_cell_is_its_objectives_one_minimum_from_twenty_starts(name):
-    from analysis.envelope import fit_envelopes
+    from analysis.data.envelope import fit_envelopes
     from tests.analysis.test_envelope import _objective_minimum_from
 
     runs = _runs(_present(name))

@@ -91,7 +91,7 @@ def test_train_redirected_writes_plain_lines_and_no_bar(tmp_path):
 
 
 def test_a_warning_is_one_line_of_text_without_the_source_line(tmp_path):
-    """`analysis/select.py:76: UserWarning: ...` and the source line under it: one line, what is wrong."""
+    """`analysis/data/select.py:76: UserWarning: ...` and the source line under it: one line, what is wrong."""
     tree = write_synthetic_results(tmp_path / "results", multipliers={"baseline": 1.0, "block": 1.2}, tables=False)
     victim = sorted(tree.root.rglob("run.parquet"))[0]
     table = pq.read_table(victim)
@@ -149,8 +149,8 @@ def test_a_warning_said_again_is_printed_once(capsys):
 
 
 def test_an_unreliable_interval_is_never_shown_without_its_mark(tmp_path):
-    """Four budgets: the bootstrap over budgets is not calibrated (analysis.multiplier.MIN_BUDGETS), and the scaling
-    figure's box and the report's headline table showed "1.02 [1, 1.03]" bare."""
+    """Four budgets: the bootstrap over budgets is not calibrated (analysis.estimates.multiplier.MIN_BUDGETS), and the
+    scaling figure's box and the report's headline table showed "1.02 [1, 1.03]" bare."""
     import numpy as np
 
     import analysis

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         getattr(args, listed).extend(extra)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from analysis.errors import AnalysisError
+    from analysis.base.errors import AnalysisError
     from attnres.config import ConfigError
     from attnres.runtime import Terminated, one_line_warnings, raise_on_termination
 

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.output import check_output_folder
+    from analysis.tables.output import check_output_folder
     from attnres.config import ConfigError
     from attnres.runtime import CpuShare
     from attnres.storage.writable import folder_problem

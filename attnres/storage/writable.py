@@ -2,7 +2,7 @@
 
 Nothing is created: the nearest existing folder on the way is probed with a temporary file that is removed at
 once (``os.access`` says yes to root on a read-only mount, and to paths like /sys that refuse ``mkdir``).
-``attnres train`` checks its run folder with :func:`folder_problem`; ``analysis.output`` builds the checks of
+``attnres train`` checks its run folder with :func:`folder_problem`; ``analysis.tables.output`` builds the checks of
 ``attnres fit`` and ``attnres report`` on :func:`nearest_existing` and :func:`write_problem`.
 """
 

@@ -23,7 +23,7 @@ from attnres.config import RunConfig, TrainConfig
 from attnres.costs import run_budget
 from attnres.storage import schema
 
-TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's trunks (not a scaling study: analysis.sweep_fits skips it)
+TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's trunks (not a scaling study: analysis.fitting.sweep_fits skips it)
 BRANCH_START = "branch-start.ckpt"  # in a branch's checkpoint folder: the trunk's checkpoint, its schedule rebuilt
 
 

@@ -1,5 +1,5 @@
-"""The cells of an architecture sweep (analysis/architecture.py) on synthetic results whose best cells are known: the
-baseline is best at 3 layers, Block AttnRes at 4, both at 2 heads."""
+"""The cells of an architecture sweep (analysis/estimates/architecture.py) on synthetic results whose best cells are
+known: the baseline is best at 3 layers, Block AttnRes at 4, both at 2 heads."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from analysis import fit_results, load_results
-from analysis.architecture import architecture_grid, is_architecture_sweep
-from analysis.tables import format_report
+from analysis.estimates.architecture import architecture_grid, is_architecture_sweep
+from analysis.tables.tables import format_report
 from tests.synthetic_results import write_synthetic_results
 
 WIDTHS = {2: 64, 3: 56, 4: 48, 5: 40}  # 96k-113k parameters; whole heads of an even dimension (valid configs)

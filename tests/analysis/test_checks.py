@@ -1,5 +1,5 @@
 """Bad input to a fit is one clear error before any fitting, and seeds missing at some budget are said
-(analysis.checks)."""
+(analysis.fitting.checks)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-import analysis.curve_fits
+import analysis.fitting.curve_fits
 from analysis import FitInputError, fit_results, format_report
 from analysis.cli import main
 from tests.synthetic_results import write_synthetic_results
@@ -22,7 +22,7 @@ def no_fitting(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a law was fitted before the input was checked")
 
-    monkeypatch.setattr(analysis.curve_fits, "run_study", refuse)
+    monkeypatch.setattr(analysis.fitting.curve_fits, "run_study", refuse)
 
 
 def _two_ranges(root, base_budgets, block_budgets) -> None:

@@ -110,9 +110,11 @@ def one_error_line(err: str) -> str:
 
 
 def test_fit_refuses_an_unknown_baseline_with_a_suggestion_before_fitting(clean, tmp_path, capsys, monkeypatch):
-    import analysis.curve_fits
+    import analysis.fitting.curve_fits
 
-    monkeypatch.setattr(analysis.curve_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
+    monkeypatch.setattr(
+        analysis.fitting.curve_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check")
+    )
     out = tmp_path / "fit.json"
     assert run(parse(["fit", str(clean), "--baseline", "basline", "--out", str(out)])) == 2
     line = one_error_line(capsys.readouterr().err)
@@ -144,10 +146,12 @@ def test_fit_on_an_empty_folder_says_no_runs_and_writes_nothing(tmp_path, capsys
 
 @pytest.mark.parametrize("where", ["file in the way", "folder at the path", "not writable"])
 def test_fit_refuses_an_unwritable_output_before_fitting(clean, tmp_path, capsys, monkeypatch, where):
-    import analysis.curve_fits
+    import analysis.fitting.curve_fits
     import attnres.storage.writable
 
-    monkeypatch.setattr(analysis.curve_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check"))
+    monkeypatch.setattr(
+        analysis.fitting.curve_fits, "run_study", lambda *a, **k: pytest.fail("fitted before the check")
+    )
     if where == "file in the way":
         (tmp_path / "a-file").write_text("x")
         out, expected = tmp_path / "a-file" / "fit.json", "is a file, not a folder"
@@ -235,8 +239,9 @@ def test_analysis_never_imports_torch():
     code = (
         "import sys, analysis\n"
         "assert 'torch' not in sys.modules, 'import analysis imported torch'\n"
-        "import analysis.bootstrap, analysis.cli, analysis.errors, analysis.fit, analysis.load, analysis.multiplier\n"
-        "import analysis.select, analysis.sweep_fits, analysis.tables, tests.synthetic_results, analysis._threads\n"
+        "import analysis.base.bootstrap, analysis.cli, analysis.base.errors, analysis.laws.fit, analysis.data.load\n"
+        "import analysis.estimates.multiplier, analysis.data.select, analysis.fitting.sweep_fits\n"
+        "import analysis.tables.tables, tests.synthetic_results, analysis.base._threads\n"
         "for name in analysis.__all__: getattr(analysis, name)\n"
         "import tempfile\n"
         "root = tempfile.mkdtemp()\n"

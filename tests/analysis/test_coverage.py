@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from analysis.curve_fits import fit_curves
-from analysis.settings import FitSettings
+from analysis.fitting.curve_fits import fit_curves
+from analysis.fitting.settings import FitSettings
 from benchmarks import coverage_study as cs
 
 

@@ -1,4 +1,4 @@
-"""The depth trend of a fixed-width ladder (analysis/depth.py) on synthetic results whose truth is known: the
+"""The depth trend of a fixed-width ladder (analysis/estimates/depth.py) on synthetic results whose truth is known: the
 variant's multiplier grows by a set factor per sublayer, so its paired gap changes by a known number of points."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from analysis import fit_results
-from analysis.depth import depth_trend
-from analysis.tables import format_report
+from analysis.estimates.depth import depth_trend
+from analysis.tables.tables import format_report
 from tests.synthetic_results import PAPER_BASELINE, write_synthetic_results
 
 WIDTH = 48
@@ -118,7 +118,7 @@ def test_the_interval_never_assumes_less_noise_than_the_floor(tmp_path):
     ``noise_floor=0`` gives the residuals' interval; the table says which and on how many df."""
     from scipy.stats import norm
 
-    from analysis.depth import NOISE_FLOOR
+    from analysis.estimates.depth import NOISE_FLOOR
 
     tree = _ladder(tmp_path / "exact", seeds=2)
     trend = fit_results(tree.root, n_boot=100, chinchilla=False).sweeps[0].multiplier("block").depth
@@ -167,7 +167,7 @@ def test_the_crossing_interval_is_the_set_of_depths_the_line_cannot_tell_from_ze
     crossing is not resolved rather than printing a number."""
     from scipy.stats import norm
 
-    from analysis.depth import line_change
+    from analysis.estimates.depth import line_change
 
     x = np.array([8.0, 16.0, 24.0, 48.0])
     w = np.array([1.0, 1.0, 1.0, 2.0])
@@ -192,7 +192,7 @@ def test_the_crossing_interval_covers_the_true_depth_as_often_as_it_says():
     the residuals alone (noise_floor=0, a t quantile) the 90 % interval holds the root in 90 % (+-2.5 points over
     4,000 draws) of them, counting the unbounded ones; with the floor at the true noise it never claims less (the
     larger of the two noises: conservative where the residuals scatter more than the floor)."""
-    from analysis.depth import line_change
+    from analysis.estimates.depth import line_change
 
     x = np.array([8.0, 12.0, 16.0, 20.0, 24.0, 48.0])
     w = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 2.0])

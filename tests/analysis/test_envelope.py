@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from analysis import fit_results
-from analysis.envelope import fit_envelopes, quadratic_minimum
-from analysis.errors import FitInputError
-from analysis.points import labelled
-from analysis.tables import format_report
+from analysis.base.errors import FitInputError
+from analysis.data.envelope import fit_envelopes, quadratic_minimum
+from analysis.data.points import labelled
+from analysis.tables.tables import format_report
 from tests.synthetic_results import PAPER_BASELINE, write_synthetic_results
 
 BASE_LR = 4e-3
@@ -199,7 +199,7 @@ def test_the_parabola_is_fitted_around_the_best_rate_so_a_steep_side_does_not_pu
     1.6 % below the truth; the one over the three rates around the best measured reads it to 0.01 %."""
     import pandas as pd
 
-    import analysis.envelope
+    import analysis.data.envelope
 
     best, rates = 6e-3, (2.5e-3, 5e-3, 1e-2, 2e-2)
     rows = []
@@ -216,7 +216,7 @@ def test_the_parabola_is_fitted_around_the_best_rate_so_a_steep_side_does_not_pu
     assert cell.fitted == rates[:3] and cell.edge == ""
     assert cell.loss == pytest.approx(truth, rel=1e-4)
     assert 2.5e-3 < cell.best_lr < 1e-2
-    monkeypatch.setattr(analysis.envelope, "LOCAL_RATES", 4)
+    monkeypatch.setattr(analysis.data.envelope, "LOCAL_RATES", 4)
     (everything,) = fit_envelopes(pd.DataFrame(rows)).cells
     assert everything.loss < truth * 0.99
 

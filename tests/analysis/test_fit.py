@@ -1,4 +1,4 @@
-"""Fits on arrays: parameter recovery, units, statuses, and the errors for bad input (analysis.fit)."""
+"""Fits on arrays: parameter recovery, units, statuses, and the errors for bad input (analysis.laws.fit)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import analysis
 from analysis import FitInputError, PowerLaw, fit_chinchilla, fit_power_law, fit_power_law_joint
-from analysis.laws import PFLOP_S_DAY
+from analysis.laws.laws import PFLOP_S_DAY
 
 C = np.geomspace(1e15, 1e21, 7)
 
@@ -145,10 +145,10 @@ def test_result_objects_are_frozen():
 
 
 def test_docstring_examples_run():
-    import analysis.fit
-    import analysis.multiplier
+    import analysis.estimates.multiplier
+    import analysis.laws.fit
 
-    for module in (analysis.fit, analysis.multiplier):
+    for module in (analysis.laws.fit, analysis.estimates.multiplier):
         failed, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failed == 0, module.__name__
 

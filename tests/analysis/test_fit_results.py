@@ -1,4 +1,4 @@
-"""fit_results: every number `attnres fit` reports, on synthetic results trees (analysis.sweep_fits)."""
+"""fit_results: every number `attnres fit` reports, on synthetic results trees (analysis.fitting.sweep_fits)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import AnalysisError, ChinchillaLaw, PowerLaw, fit_results, format_report, load_results
-from analysis.laws import PFLOP_S_DAY
+from analysis.laws.laws import PFLOP_S_DAY
 from attnres.variants import Variant
 from tests.synthetic_results import write_synthetic_results
 
@@ -118,7 +118,8 @@ def test_isoflop_grid_uses_the_frontier_and_fits_the_chinchilla_surface(tmp_path
     surface = sweep.chinchilla["baseline"]
     for name in ("E", "A", "B", "alpha", "beta"):
         assert math.isclose(getattr(surface.law, name), getattr(law, name), rel_tol=1e-6), name
-    # the multiplier read between the surfaces' frontiers (analysis.frontier): exact where both optima are inside
+    # the multiplier read between the surfaces' frontiers (analysis.estimates.frontier): exact where both optima are
+    # inside
     inside = [f for f in sweep.frontier_multipliers if f.variant == "block" and not f.edge]
     assert inside and all(abs(f.M.value / 1.25 - 1) < 0.005 for f in inside)
     assert "frontier_multipliers" in sweep.to_dict()
@@ -175,14 +176,14 @@ def test_without_a_fitted_baseline_curves_are_fitted_but_no_multiplier(tmp_path)
 
 
 def test_an_unknown_baseline_is_one_clear_error_before_any_fitting(tmp_path, monkeypatch):
-    import analysis.curve_fits
+    import analysis.fitting.curve_fits
 
     write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.2, "full": 1.27}, tables=False)
 
     def no_fitting(*args, **kwargs):
         raise AssertionError("fitted before checking the variant names")
 
-    monkeypatch.setattr(analysis.curve_fits, "run_study", no_fitting)
+    monkeypatch.setattr(analysis.fitting.curve_fits, "run_study", no_fitting)
     with pytest.raises(AnalysisError) as err:
         fit_results(tmp_path, baseline="basline", n_boot=0)
     message = str(err.value)
@@ -214,7 +215,7 @@ def test_bad_settings_are_clear_errors(clean_tree):
 def test_wall_clock_m_uses_the_side_by_side_throughput_and_flags_an_implausible_ratio(tmp_path):
     import json
 
-    from analysis.tables import multiplier_table
+    from analysis.tables.tables import multiplier_table
 
     write_synthetic_results(tmp_path, multipliers=TRUTH, tables=False)
     before = fit_results(tmp_path, n_boot=0).sweep("synthetic")
@@ -252,9 +253,9 @@ def test_failed_replicates_are_counted_beside_the_interval_they_feed(tmp_path, m
     """A replicate whose refit fails is left out of every statistic it feeds and counted there: beside the headline's
     interval in the table and fit.json, and an interval that lost more than 5 % of its replicates is unreliable
     (the fit before 2026-12-04 reported 0 for the headline while its joint fit had dropped up to 12 %)."""
-    import analysis.study
+    import analysis.estimates.study
 
-    real = analysis.study.refit
+    real = analysis.estimates.study.refit
 
     def failing(*args, **kwargs):
         theta, ok = real(*args, **kwargs)
@@ -262,7 +263,7 @@ def test_failed_replicates_are_counted_beside_the_interval_they_feed(tmp_path, m
         ok[::fail_every] = False  # every fail_every-th replicate of every refit
         return theta, ok
 
-    monkeypatch.setattr(analysis.study, "refit", failing)
+    monkeypatch.setattr(analysis.estimates.study, "refit", failing)
     tree = write_synthetic_results(tmp_path, multipliers={"baseline": 1.0, "block": 1.25}, seeds=2, tables=False)
     report = fit_results(tree.root, n_boot=200, chinchilla=False)
     m = report.sweeps[0].multiplier("block")

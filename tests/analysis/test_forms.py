@@ -1,4 +1,4 @@
-"""The law type (analysis.forms): every form answers for itself, and the curved power law, added as one class, is
+"""The law type (analysis.laws.forms): every form answers for itself, and the curved power law, added as one class, is
 fitted, inverted and compared like the paper's form."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from analysis import FitInputError, compute_multiplier, fit_power_law, fit_power_law_joint, fit_results
 from analysis.cli import main
-from analysis.forms import FORMS, CurvedPowerForm, law_for, normalize_form
-from analysis.laws import CURVED_POWER, CurvedPowerLaw, PowerLaw
+from analysis.laws.forms import FORMS, CurvedPowerForm, law_for, normalize_form
+from analysis.laws.laws import CURVED_POWER, CurvedPowerLaw, PowerLaw
 from tests.synthetic_results import write_synthetic_results
 
 C = np.geomspace(1e15, 1e21, 7)

@@ -1,4 +1,4 @@
-"""M at the compute-optimal frontier of two Chinchilla surfaces (analysis.frontier): a variant that is the
+"""M at the compute-optimal frontier of two Chinchilla surfaces (analysis.estimates.frontier): a variant that is the
 baseline with k times the data at every size is worth exactly k at every compute; its interval covers k; an
 optimum on the trained sizes' edge is named; and fit_results gives a sliced sweep its whole surface."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fit import fit_chinchilla
-from analysis.frontier import N_GRID, edge_note, frontier_multipliers
+from analysis.estimates.frontier import N_GRID, edge_note, frontier_multipliers
+from analysis.laws.fit import fit_chinchilla
 
 E, A, B, ALPHA, BETA = 1.7, 400.0, 410.0, 0.34, 0.28
 SIZES = [(4, 32), (5, 40), (6, 48), (8, 64)]

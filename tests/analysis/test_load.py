@@ -1,4 +1,4 @@
-"""Loading a results tree: the contract, and unreadable / unfinished runs reported by name (analysis.load)."""
+"""Loading a results tree: the contract, and unreadable / unfinished runs reported by name (analysis.data.load)."""
 
 from __future__ import annotations
 

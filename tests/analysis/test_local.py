@@ -1,5 +1,5 @@
 """Local M at each budget: the variant's measured loss against the baseline's own point there, with the slope of
-the baseline's nearest budgets (analysis.local)."""
+the baseline's nearest budgets (analysis.estimates.local)."""
 
 from __future__ import annotations
 

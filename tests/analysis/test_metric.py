@@ -7,8 +7,8 @@ import json
 import pytest
 
 from analysis import fit_results, load_results
+from analysis.base.errors import FitInputError
 from analysis.cli import main
-from analysis.errors import FitInputError
 from attnres.storage import schema
 from tests.synthetic_results import write_synthetic_results
 

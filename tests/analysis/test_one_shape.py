@@ -1,5 +1,5 @@
-"""The comparison at one shape (analysis/one_shape.py): the block-size and ablation sweeps (one size, one budget,
-many variants), on synthetic results whose gaps are known."""
+"""The comparison at one shape (analysis/estimates/one_shape.py): the block-size and ablation sweeps (one size, one
+budget, many variants), on synthetic results whose gaps are known."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from analysis import fit_results, load_results
-from analysis.envelope import envelope_points, fit_envelopes
-from analysis.one_shape import one_shape_comparison
-from analysis.tables import format_report
+from analysis.data.envelope import envelope_points, fit_envelopes
+from analysis.estimates.one_shape import one_shape_comparison
+from analysis.tables.tables import format_report
 from tests.cli_helpers import attnres
 from tests.synthetic_results import PAPER_BASELINE, write_synthetic_results
 
@@ -152,7 +152,7 @@ def test_the_cli_prints_and_saves_it_and_exits_0(tmp_path):
 
 
 def test_the_reports_ablation_table_sets_each_gap_and_its_interval_beside_the_papers(tmp_path):
-    from reports.tables import GAP_COLUMNS, ablation_table
+    from reports.sections.tables import GAP_COLUMNS, ablation_table
 
     tree = _one_shape(tmp_path, noise=0.002)
     sw = fit_results(tree.root, lr="envelope", chinchilla=False).sweeps[0]
@@ -185,7 +185,7 @@ def test_the_report_of_a_one_shape_sweep_says_why_it_has_no_multiplier_and_shows
 
 
 def test_holm_adjusts_a_family_of_p_values_step_down():
-    from analysis.one_shape import holm_adjusted
+    from analysis.estimates.one_shape import holm_adjusted
 
     raw = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5}
     # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1, made non-decreasing, capped at 1

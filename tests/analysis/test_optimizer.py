@@ -1,4 +1,4 @@
-"""The optimiser on its own (analysis.optimizer): the pseudo-Huber loss's two regimes and its strict convexity, the
+"""The optimiser on its own (analysis.laws.optimizer): the pseudo-Huber loss's two regimes and its strict convexity, the
 scale set from the data, recovery of known parameters, one minimum whatever the start, agreement of its two
 iterations, parameters on a bound, and replicate refits that equal fits from scratch."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.models import ChinchillaModel, PowerModel
-from analysis.optimizer import (
+from analysis.laws.models import ChinchillaModel, PowerModel
+from analysis.laws.optimizer import (
     DELTA_FLOOR,
     HUBER_K,
     at_bound,

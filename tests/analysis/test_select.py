@@ -1,4 +1,4 @@
-"""Point selection (best LR, mean or best over seeds), curve labels, and the IsoFLOP frontier (analysis.select)."""
+"""Point selection (best LR, mean or best over seeds), curve labels, and the IsoFLOP frontier (analysis.data.select)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis import ChinchillaLaw, isoflop_frontier, load_results, select_points
-from analysis.select import budget_groups, curve_labels, needs_frontier
+from analysis.data.select import budget_groups, curve_labels, needs_frontier
 from tests.synthetic_results import write_synthetic_results
 
 

@@ -1,4 +1,5 @@
-"""The sensitivity table: M at the headline's budget under each alternative analysis choice (analysis.sensitivity)."""
+"""The sensitivity table: M at the headline's budget under each alternative analysis choice
+(analysis.fitting.sensitivity)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from analysis import fit_results, format_report
-from analysis.optimizer import LEAST_SQUARES_DELTA
+from analysis.laws.optimizer import LEAST_SQUARES_DELTA
 from attnres.storage.schema import RUN_SCHEMA, read_table, to_table, write_table
 from tests.synthetic_results import write_synthetic_results
 

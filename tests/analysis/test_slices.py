@@ -1,10 +1,10 @@
-"""A sweep with several tokens-per-parameter ratios per size is fitted once per ratio (analysis.slices)."""
+"""A sweep with several tokens-per-parameter ratios per size is fitted once per ratio (analysis.data.slices)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from analysis.slices import slices
+from analysis.data.slices import slices
 
 
 def runs_of(grid: dict[tuple[int, int], list[float]]) -> pd.DataFrame:
@@ -37,7 +37,7 @@ def test_one_budget_per_size_or_too_few_sizes_per_ratio_stays_whole():
 
 
 def test_the_report_finds_a_slices_runs_by_its_name():
-    from reports.data import sweep_runs
+    from reports.base.data import sweep_runs
 
     runs = runs_of({(4, 32): [2, 4], (5, 40): [2, 4], (6, 48): [2, 4]}).assign(sweep="study")
     part, name = sweep_runs(runs, "study@4tpp")

@@ -169,7 +169,7 @@ def test_building_twice_gives_identical_files(built, tree, tmp_path):
 
 
 def test_rebuilding_removes_figures_the_report_no_longer_has(tree, tmp_path, monkeypatch):
-    import reports.scaling
+    import reports.figures.scaling
 
     out = tmp_path / "out"
     first = reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True)
@@ -181,7 +181,7 @@ def test_rebuilding_removes_figures_the_report_no_longer_has(tree, tmp_path, mon
     def not_this_time(*args, **kwargs):
         raise reports.MissingData("not this time")
 
-    monkeypatch.setattr(reports.scaling, "plot_multiplier", not_this_time)
+    monkeypatch.setattr(reports.figures.scaling, "plot_multiplier", not_this_time)
     second = reports.build_report(tree, out, formats=("png",), n_boot=0, strict=True)
     assert skipped_names(second)["multiplier"] == "not this time"
     assert not (out / "figures" / "scaling" / "multiplier.png").exists()
@@ -197,8 +197,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_path, monkeypatch):
-    import reports.dynamics
-    import reports.section
+    import reports.figures.dynamics
+    import reports.sections.section
 
     out = tmp_path / "report"
     reports.build_report(tree, out, formats=("png",), n_boot=20, strict=True)
@@ -210,7 +210,7 @@ def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_pa
         raise RuntimeError("boom")
 
     # other options (a different report.md) and one figure raising after the first figures were written
-    monkeypatch.setattr(reports.dynamics, "plot_block_output_rms", boom)
+    monkeypatch.setattr(reports.figures.dynamics, "plot_block_output_rms", boom)
     with pytest.raises(RuntimeError, match="boom"):
         reports.build_report(tree, out, formats=("png", "svg"), n_boot=10, strict=True)
     assert snapshot(out) == before
@@ -225,9 +225,9 @@ def test_a_build_that_fails_midway_leaves_the_previous_report_whole(tree, tmp_pa
             raise KeyboardInterrupt
         return real_save(fig, stem, formats)
 
-    real_save = reports.section.save_figure
+    real_save = reports.sections.section.save_figure
     monkeypatch.undo()
-    monkeypatch.setattr(reports.section, "save_figure", interrupted)
+    monkeypatch.setattr(reports.sections.section, "save_figure", interrupted)
     with pytest.raises(KeyboardInterrupt):
         reports.build_report(tree, out, formats=("png", "svg"), n_boot=10)
     assert len(calls) == 3 and snapshot(out) == before
@@ -246,11 +246,11 @@ def test_a_killed_build_leaves_the_previous_report_whole_and_the_next_build_clea
     before = snapshot(out)
     started = tmp_path / "started"
     code = (
-        "import time, reports, reports.dynamics\n"
+        "import time, reports, reports.figures.dynamics\n"
         "def slow(*args, **kwargs):\n"
         f"    open({str(started)!r}, 'w').close()\n"
         "    time.sleep(120)\n"
-        "reports.dynamics.plot_block_output_rms = slow\n"
+        "reports.figures.dynamics.plot_block_output_rms = slow\n"
         f"reports.build_report({str(tree)!r}, {str(out)!r}, formats=('png', 'svg'), n_boot=10)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -305,7 +305,7 @@ def test_pflops_days_and_shared_exponent_options(tree, tmp_path):
 
 
 def test_a_report_under_the_curved_law_names_its_form_and_draws_its_curves(tree, tmp_path):
-    # a form is asked, not named: the report's tables, legend and provenance come from the law (analysis.forms)
+    # a form is asked, not named: the report's tables, legend and provenance come from the law (analysis.laws.forms)
     summary = reports.build_report(tree, tmp_path, formats=("png",), n_boot=20, form="curved", strict=True)
     md = summary.report_md.read_text()
     assert summary.fit.settings.form == "A*C^-(alpha+beta*lnC)" and "(alpha+beta*lnC)" in json_form(summary)
@@ -355,7 +355,8 @@ def test_one_budget_only(tmp_path):
     write_synthetic_results(tmp_path / "r", budgets=[1e16])
     summary = build(tmp_path / "r", tmp_path)
     reasons = skipped_names(summary)
-    # every curve at one shape and one budget: that is the reason given (a one-shape sweep: analysis.one_shape)
+    # every curve at one shape and one budget: that is the reason given (a one-shape sweep:
+    # analysis.estimates.one_shape)
     assert "one model shape and one budget: no scaling law" in reasons["scaling_curves"]
     assert "one model shape and one budget: no scaling law" in reasons["multiplier"]
     # the rest of the report still has its figures and Table 2
@@ -437,12 +438,12 @@ def test_ablation_sweep_gets_block_size_figure_and_table4(tmp_path):
 
 
 def test_one_broken_figure_does_not_stop_the_report(tree, tmp_path, monkeypatch):
-    import reports.dynamics
+    import reports.figures.dynamics
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(reports.dynamics, "plot_loss_curves", broken)
+    monkeypatch.setattr(reports.figures.dynamics, "plot_loss_curves", broken)
     summary = reports.build_report(tree, tmp_path, formats=("png",), n_boot=0)
     assert skipped_names(summary)["loss_curves"] == "failed with RuntimeError: boom"
     assert "scaling_curves" in {f.name for f in summary.figures}
@@ -521,12 +522,12 @@ def test_cli_refuses_an_unwritable_report_folder_before_any_work(tree, tmp_path,
 
 
 def test_cli_reports_a_failed_write_in_one_line(tree, tmp_path, capsys, monkeypatch):
-    import reports.files
+    import reports.document.files
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device", str(tmp_path / "out" / "report.md"))
 
-    monkeypatch.setattr(reports.files, "to_markdown", full)
+    monkeypatch.setattr(reports.document.files, "to_markdown", full)
     assert report_cli([str(tree), "--out", str(tmp_path / "out"), "--n-boot", "0", "--no-svg"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines()[-1].startswith("attnres report: error: cannot write the report")
@@ -571,8 +572,9 @@ def test_reports_never_import_torch(tree, tmp_path):
     code = (
         "import sys, reports\n"
         "assert 'torch' not in sys.modules, 'import reports imported torch'\n"
-        "import reports.ablation, reports.build, reports.cli, reports.data, reports.document, reports.dynamics\n"
-        "import reports.heatmaps, reports.scaling, reports.style, reports.tables\n"
+        "import reports.figures.ablation, reports.build, reports.cli, reports.base.data, reports.document.document\n"
+        "import reports.figures.dynamics, reports.figures.heatmaps, reports.figures.scaling, reports.base.style\n"
+        "import reports.sections.tables\n"
         "for name in reports.__all__: getattr(reports, name)\n"
         f"reports.build_report({str(tree)!r}, {str(tmp_path / 'out')!r}, formats=('png',), n_boot=10)\n"
         "assert 'torch' not in sys.modules, 'a reports module imported torch'\n"
@@ -634,7 +636,7 @@ def test_the_report_shows_how_the_headline_moves_under_other_analysis_choices(bu
 
 
 def test_the_report_states_the_regime_next_to_m_and_shows_the_paired_gaps(built):
-    from reports.paper import PAPER_ALPHA
+    from reports.base.paper import PAPER_ALPHA
 
     md = built.report_md.read_text()
     sw = built.fit.sweeps[0]
@@ -668,8 +670,8 @@ def test_the_report_states_the_regime_next_to_m_and_shows_the_paired_gaps(built)
     ],
 )
 def test_the_headline_says_in_plain_words_what_its_interval_means(low, high, unreliable, words):
-    from analysis.bootstrap import Estimate
-    from reports.headline import Headline
+    from analysis.base.bootstrap import Estimate
+    from reports.sections.headline import Headline
 
     h = Headline("s", "block2", "Block", 1e15, "FLOPs", Estimate(0.8, low, high), 0.9, "shared", 3, 3, "converged")
     h = dataclasses.replace(h, unreliable=unreliable)
@@ -703,10 +705,10 @@ def test_the_html_has_a_table_of_contents_linking_every_section(built):
 def test_every_figure_draws_inside_its_own_bounds(tree, tmp_path, monkeypatch):
     """Nothing a figure draws (titles, labels, legends, notes) runs past the figure's edges: the depth-attention
     heatmap's subtitle did, by a sweep name and shape wider than the figure."""
-    import reports.section
+    import reports.sections.section
 
     outside = []
-    save = reports.section.save_figure
+    save = reports.sections.section.save_figure
 
     def checked(fig, stem, formats):
         fig.canvas.draw()
@@ -716,6 +718,6 @@ def test_every_figure_draws_inside_its_own_bounds(tree, tmp_path, monkeypatch):
             outside.append((stem.name, [round(v, 2) for v in (box.x0, box.y0, box.x1, box.y1)], (width, height)))
         return save(fig, stem, formats)
 
-    monkeypatch.setattr(reports.section, "save_figure", checked)
+    monkeypatch.setattr(reports.sections.section, "save_figure", checked)
     summary = reports.build_report(tree, tmp_path / "report", n_boot=20, strict=True)
     assert len(summary.figures) >= len(FIGURES) and not outside, outside

@@ -18,8 +18,8 @@ import pytest  # noqa: E402
 import analysis  # noqa: E402
 import reports  # noqa: E402
 from attnres.variants import curve_order  # noqa: E402
-from reports import style  # noqa: E402
-from reports.data import MissingData  # noqa: E402
+from reports.base import style  # noqa: E402
+from reports.base.data import MissingData  # noqa: E402
 from tests.synthetic_results import write_synthetic_results  # noqa: E402
 
 N_BOOT = 100
@@ -566,13 +566,15 @@ def test_lr_table_lists_every_variant_at_every_learning_rate(tmp_path):
     one = analysis.load_results(tmp_path / "one", tables=()).runs
     with pytest.raises(reports.MissingData, match="one learning rate"):
         lr_table(one, sweep="one")
-    assert reports.tables.has_lr_sweep(runs, sweep="lrs") and not reports.tables.has_lr_sweep(one, sweep="one")
+    assert reports.sections.tables.has_lr_sweep(runs, sweep="lrs") and not reports.sections.tables.has_lr_sweep(
+        one, sweep="one"
+    )
 
 
 def test_the_papers_multiplier_is_drawn_wherever_the_final_axis_reaches_it():
     """Block's 1.25 near the data widens the shared axis to about 1.28; Full's 1.27 then lies on the scale and is drawn
     as a line, not listed as "off this scale" (it was, decided before the axis widened)."""
-    from reports.scaling import _paper_references
+    from reports.figures.scaling import _paper_references
 
     fig, axes = plt.subplots(1, 2, sharey=True, squeeze=False)
     _paper_references(axes, [(axes[0, 0], 1.25), (axes[0, 1], 1.27)], highs=[1.0, 1.05], lows=[1.0, 0.85])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import reports
-from reports.learning_rates import best_lr_table
+from reports.figures.learning_rates import best_lr_table
 from tests.synthetic_results import write_synthetic_results
 
 
@@ -70,7 +70,7 @@ def test_a_sweep_with_seeds_and_no_stalled_run_says_none_was_flagged(tmp_path):
 
 def test_the_rate_figure_has_one_panel_per_size_and_budget_though_the_variants_differ_in_parameters(swept):
     import analysis
-    from reports.learning_rates import plot_lr_curves
+    from reports.figures.learning_rates import plot_lr_curves
 
     fit = analysis.fit_results(swept.root, lr="envelope", n_boot=0, chinchilla=False)
     sw = fit.sweeps[0]

@@ -1,4 +1,4 @@
-"""A study run under two tuning protocols is compared side by side (reports.protocols): M per part and variant
+"""A study run under two tuning protocols is compared side by side (reports.sections.protocols): M per part and variant
 with a column per sweep, the learning rates, and the protocol each sweep's runs show."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import fit_results
-from reports.document import Table
-from reports.protocols import comparison_blocks, protocol_of
+from reports.document.document import Table
+from reports.sections.protocols import comparison_blocks, protocol_of
 from tests.synthetic_results import write_synthetic_results
 
 
@@ -55,7 +55,7 @@ def test_one_sweep_has_nothing_to_compare(tmp_path):
 
 
 def report_runs(root) -> pd.DataFrame:
-    from analysis.load import load_results
+    from analysis.data.load import load_results
 
     return load_results(root, tables=()).runs
 

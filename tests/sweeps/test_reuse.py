@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.load import load_results
+from analysis.data.load import load_results
 from attnres.config import ConfigError
 from sweeps import load_grid, run_grid
 from sweeps.claim import read_status

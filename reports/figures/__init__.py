@@ -1,0 +1,1 @@
+"""One function per figure: each takes the fit or the runs and returns a matplotlib Figure."""
