@@ -95,3 +95,30 @@ def test_analysis_and_reports_import_no_torch(name):
         heavy = found & set(HEAVY)
         assert not heavy, f"{name} imports {sorted(heavy)} (through {current})"
         todo += [t for t in found if t in MODULES]
+
+
+# analysis/ and reports/ in rooms (issue 49), lowest first: a module imports only its own room and the rooms before it;
+# the package's own files (its face, its CLI, the report's builder) stand above every room
+ROOMS = {
+    "analysis": ("base", "laws", "data", "estimates", "fitting", "tables"),
+    "reports": ("base", "document", "figures", "sections"),
+}
+
+
+def room_rank(name: str) -> int:
+    package, *rest = name.split(".")
+    rooms = ROOMS[package]
+    return rooms.index(rest[0]) if len(rest) > 1 and rest[0] in rooms else len(rooms)
+
+
+def test_every_room_is_a_package():
+    for package, rooms in ROOMS.items():
+        for room in rooms:
+            assert (ROOT / package / room / "__init__.py").is_file(), f"{package}/{room}/ has no __init__.py"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] in ROOMS))
+def test_rooms_import_one_way(name):
+    package = name.split(".")[0]
+    upward = sorted(t for t in GRAPH[name] if t.split(".")[0] == package and room_rank(t) > room_rank(name))
+    assert not upward, f"{name} imports {upward}, from a room above its own ({' < '.join(ROOMS[package])})"
