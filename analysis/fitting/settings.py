@@ -95,7 +95,9 @@ class FitSettings:
 
     form: str = option(
         POWER,
-        "curve form (default: the paper's A*C^-alpha; 'curved' for A*C^-(alpha+beta*lnC))",
+        "curve form, each law's own formula (analysis.laws.forms): "
+        + "; ".join(f"{name!r}: {form.short}" for name, form in FORMS.items())
+        + f" (default {POWER!r}, the paper's)",
         choices=tuple(FORMS),
         parse=_form_name,
     )
