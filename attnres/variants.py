@@ -11,15 +11,17 @@ It has one name per place it is shown in, all made here:
 ``short``          ``Block N=4``           annotations
 =================  ======================  ====================================================================
 
-:meth:`Variant.parse` reads a label or a curve name back, :meth:`Variant.of_curve` a curve name. What a variant
-is (its place in the figures' order, whether it is AttnRes in the paper's form, its one-line ``description``) is
-decided here too: the analysis's results carry their curves' variants, and the reports ask those.
+:meth:`Variant.parse` reads a label or a curve name back (``parse_main`` the labels a grid or a benchmark may
+name by themselves). What a variant is (its place in the figures' order, whether it is AttnRes in the paper's form,
+its one-line ``description``) is decided here too. A curve's variant is made once, from its point table's columns
+(:func:`analysis.data.select.curve_variants`), never by reading its name back: the analysis's results carry their
+curves' variants, and the reports ask those (:func:`curve_order` sorts curves by the variants it is handed).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,7 +54,7 @@ class _Model(Protocol):
 @dataclass(frozen=True)
 class Variant:
     """``name``: the results' ``variant`` column; ``n_blocks``: Block AttnRes's N (None for other variants, or
-    for a curve that does not say N)."""
+    where N is not known)."""
 
     name: str
     n_blocks: int | None = None
@@ -87,19 +89,6 @@ class Variant:
         if m := _LABEL_N.match(text):
             return cls("block" + m.group("tags"), int(m.group("n")))
         return cls(text)
-
-    @classmethod
-    def of_curve(cls, curve: str, n_blocks: int | None = None) -> Variant:
-        """The variant a curve name stands for (:meth:`parse`): ``block-N4`` is Block AttnRes with N = 4, any
-        other curve its variant name with N unknown. A curve name is a variant name or ``<variant>-N<n>``, never
-        a label, so a name that reads only as a label (``block4``) is kept as it is. ``n_blocks``: N of a Block
-        AttnRes curve whose name does not say it (``block``, when the sweep ran one N)."""
-        variant = cls.parse(curve)
-        if variant.curve() != curve:
-            variant = cls(curve)
-        if variant.name == "block" and variant.n_blocks is None:
-            return cls("block", n_blocks)
-        return variant
 
     @classmethod
     def parse_main(cls, label: str) -> Variant | None:
@@ -158,6 +147,13 @@ class Variant:
         if self.is_block and self.n_blocks is not None:
             return self.name.replace("block", f"block{self.n_blocks}", 1)
         return self.name
+
+    def as_named(self, curve: str) -> Variant:
+        """This variant as the curve ``curve`` names it: with N when the curve is one N of a split variant (its name
+        is :meth:`curve`, ``block-N4``), without when the name is the variant's alone (``block``: a Block curve of
+        one N per size stands for every N, and the figures draw it in the Block colour without an N). ``curve`` is
+        compared with this variant's names, not parsed."""
+        return self if curve == self.curve() else Variant(self.name)
 
     def curve(self, split: bool = True) -> str:
         """The analysis's curve name: ``<name>-N<n_blocks>`` when ``split`` (several N of this variant in one
@@ -218,6 +214,8 @@ def _tag_text(tag: str) -> str:
     return tag
 
 
-def curve_order(curves: Iterable[str]) -> list[str]:
-    """Curve names in the figures' order (:attr:`Variant.order`), alphabetical within a group and N."""
-    return sorted(set(curves), key=lambda curve: (*Variant.of_curve(curve).order, curve))
+def curve_order(curves: Iterable[str], variants: Mapping[str, Variant]) -> list[str]:
+    """The distinct ``curves`` in the figures' order: by the :attr:`Variant.order` of each one's variant in
+    ``variants`` (a sweep's :attr:`~analysis.SweepFit.curve_variants`, or
+    :func:`analysis.data.select.curve_variants` of a point table), then alphabetically."""
+    return sorted(set(curves), key=lambda curve: (*variants[curve].order, curve))

@@ -393,7 +393,8 @@ def test_fit_reproduces_the_cpu_ablations_gaps():
     bounds = [g.curve for g in one.gaps if g.edge]  # a curve at an edge of its rates is out of the pools
     assert bounds == ["full+input_query"] and one.df == (16 - len(bounds) - 1) * (2 - 1)
     page = (ABLATIONS / "README.md").read_text()
-    table = one_shape_table(one, report.settings, curve_order([g.curve for g in one.gaps]))
+    sw = report.sweep("cpu_ablations")
+    table = one_shape_table(one, report.settings, curve_order([g.curve for g in one.gaps], sw.curve_variants))
     expected = [list(map(str, row)) for row in table.rows]
     assert table_rows(page, r"baseline|block.*|full.*|denseformer|mhc4") == expected
     head = page[: page.index("## Why this design")]

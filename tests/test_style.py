@@ -50,3 +50,45 @@ def test_no_function_is_over_the_size_limit():
                 if (n := node.end_lineno - start + 1) > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into steps): {long}"
+
+
+# results carry Variants end to end (issue 49): analysis/ and reports/ ask the Variant a result or a point table hands
+# them (SweepFit.curve_variants, a result's curve_variant, analysis.data.select.curve_variants) and never read a curve
+# name back into one; only the file readers build Variants from what a file holds
+NAME_READERS = ("analysis/data/load.py", "analysis/data/select.py")
+PARSERS = ("parse", "of_curve")
+
+
+def name_parsing(tree: ast.AST) -> list[str]:
+    """The calls in ``tree`` that read a name back into a variant: ``Variant.parse(...)``, ``Variant.of_curve(...)``,
+    and ``curve_order(...)`` without the variants to sort by."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in PARSERS:
+            if isinstance(func.value, ast.Name) and func.value.id == "Variant":
+                found.append(f"{node.lineno}: Variant.{func.attr}(...)")
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name == "curve_order" and len(node.args) + len(node.keywords) < 2:
+            found.append(f"{node.lineno}: curve_order(...) without the curves' variants")
+    return found
+
+
+def test_no_curve_name_is_parsed_outside_the_readers():
+    found = {}
+    for path in sorted(p for pkg in ("analysis", "reports") for p in (ROOT / pkg).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel not in NAME_READERS and (calls := name_parsing(ast.parse(path.read_text()))):
+            found[rel] = calls
+    assert not found, f"curve names read back into variants (ask the Variant the results carry instead): {found}"
+
+
+def test_the_name_parsing_check_sees_a_violation():
+    source = "Variant.of_curve(c)\nVariant.parse(c)\ncurve_order(cs)\ncurve_order(cs, variants)\nast.parse(s)\n"
+    assert name_parsing(ast.parse(source)) == [
+        "1: Variant.of_curve(...)",
+        "2: Variant.parse(...)",
+        "3: curve_order(...) without the curves' variants",
+    ]

@@ -104,13 +104,17 @@ def curve_labels(runs: pd.DataFrame) -> pd.Series:
 
 
 def curve_variants(points: pd.DataFrame) -> dict[str, Variant]:
-    """The :class:`~attnres.variants.Variant` of every curve of a point table, made once per sweep for its
-    results to carry: the curve name's variant (``block-N4``: Block with N = 4), and for a Block AttnRes curve
-    whose name does not say N (one N per size) the most common ``n_blocks`` among its points."""
+    """The :class:`~attnres.variants.Variant` of every curve of a point table (or of runs with a ``curve`` column),
+    made once per sweep for its results to carry, from the table's ``variant`` and ``n_blocks`` columns (the curve
+    name is never read back): a curve split by N (its name is not its variant's, :func:`curve_labels`) is its
+    variant with that N; an unsplit Block AttnRes curve (``block``, one N per size) has the most common
+    ``n_blocks`` among its rows (None when none is known); any other curve is its variant, without N."""
     out = {}
     for curve, g in points.groupby("curve", sort=True):
+        curve, name = str(curve), str(g["variant"].iloc[0])
         values = pd.to_numeric(g["n_blocks"], errors="coerce").dropna()
-        out[str(curve)] = Variant.of_curve(str(curve), None if values.empty else int(values.mode().iloc[0]))
+        n_blocks = None if values.empty else int(values.mode().iloc[0])
+        out[curve] = Variant(name, n_blocks if curve != name or name == "block" else None)
     return out
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.base.bootstrap import Estimate, estimate, json_number
+from analysis.data.select import curve_variants
 from analysis.laws.fit import ChinchillaFit
 from attnres.variants import Variant
 
@@ -155,11 +156,11 @@ def frontier_multipliers(
     ``points``: the sweep's point table (:func:`analysis.select_points`); each fit's points are its curve's rows
     in that order (as :func:`analysis.fitting.sweep_fits` fitted them). The intervals come from the surfaces' own
     bootstrap replicates (:attr:`ChinchillaFit.replicates`), paired where the two curves have the same cells.
-    ``variants``: the curves' variants (:func:`analysis.data.select.curve_variants`); a curve without one is read from
-    its name."""
+    ``variants``: the curves' variants (default: :func:`analysis.data.select.curve_variants` of ``points``)."""
     notes: list[str] = []
     if baseline not in fits:
         return [], notes
+    variants = curve_variants(points) if variants is None else variants
     curves = {lab: _Curve.of(points[points["curve"] == lab]) for lab in fits}
     base_curve, base_fit = curves[baseline], fits[baseline]
     out = []
@@ -190,7 +191,7 @@ def frontier_multipliers(
             out.append(
                 FrontierMultiplier(
                     label,
-                    (variants or {}).get(label) or Variant.of_curve(label),
+                    variants[label],
                     baseline,
                     float(c),
                     _estimate(float(m[0, k]), kept, level),

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.base.bootstrap import Estimate
+from analysis.data.select import curve_variants
 from analysis.data.throughput import throughput_ratios
 from analysis.estimates.local import local_multipliers
 from analysis.estimates.multiplier import wall_clock_multiplier
@@ -81,8 +82,11 @@ def fit_curves(
     ``attnres fit`` computes per sweep once its points are chosen (the coverage study calls it on simulated
     points). ``rows`` / ``throughput`` (the curves' point tables, FLOP/s per shape) give the wall-clock
     multipliers; without them those are nan. ``variants``: the curves' variants
-    (:func:`analysis.data.select.curve_variants` of their points); a curve without one is read from its name."""
+    (:func:`analysis.data.select.curve_variants` of their points; by default of ``rows``, and a simulated curve
+    without rows is the variant named by its label as it is)."""
     notes = [] if notes is None else notes
+    if variants is None:
+        variants = curve_variants(pd.concat(rows.values())) if rows else {}
     check_budget_ranges("", data, settings.baseline, UNIT_SHORT[settings.compute_unit], settings.budget_rtol)
     study = run_study(
         data,
@@ -104,7 +108,7 @@ def fit_curves(
     else:
         for label in labels:
             if label != settings.baseline:
-                variant = (variants or {}).get(label) or Variant.of_curve(label)
+                variant = variants.get(label) or Variant(label)
                 multipliers.append(
                     _variant_multiplier(study, variant, label, settings, rows, throughput or {}, joint, notes)
                 )

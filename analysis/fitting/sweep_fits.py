@@ -200,7 +200,7 @@ def _headlines(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the sweep's own fit gave these warnings already
             prepared = prepare_sweep(runs, sweep, settings)
-            study, _, found = fit_curves(prepared.data, settings, notes=[])
+            study, _, found = fit_curves(prepared.data, settings, notes=[], variants=curve_variants(prepared.points))
     except AnalysisError as err:
         notes.append(f"M {what}: not fitted ({err})")
         return {}
@@ -214,7 +214,8 @@ def _protocol_cells(
     runs: pd.DataFrame, settings: FitSettings, notes: list[str], variants: Mapping[str, Variant]
 ) -> tuple[ProtocolCell, ...]:
     """Every (variant, size, budget) under both protocols (:class:`ProtocolCell`); ``variants``: the sweep's
-    curves' variants (:func:`analysis.data.select.curve_variants`)."""
+    curves' variants (:func:`analysis.data.select.curve_variants`), and for a curve the sweep's points lack, its
+    variant in the protocols' own points."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -229,6 +230,7 @@ def _protocol_cells(
         return ()
     keys = ["curve", "n_layer", "d_model", "tokens"]
     both = tables["per-variant"].merge(tables["paper"], on=keys, suffixes=("", "_paper"))
+    variants = {**curve_variants(tables["per-variant"]), **variants}
     cells = []
     for r in both.itertuples():
         if r.curve == settings.baseline:
@@ -236,7 +238,7 @@ def _protocol_cells(
         cells.append(
             ProtocolCell(
                 str(r.curve),
-                variants.get(str(r.curve)) or Variant.of_curve(str(r.curve)),
+                variants[str(r.curve)],
                 int(r.n_layer),
                 int(r.d_model),
                 float(r.tokens),

@@ -399,7 +399,8 @@ def _sweep_lines(sw: SweepFit, settings: FitSettings) -> list[str]:
     if sw.architecture is not None:
         out += _table_lines(architecture_table(sw.architecture))
     if sw.one_shape is not None:
-        out += _table_lines(one_shape_table(sw.one_shape, settings, curve_order([g.curve for g in sw.one_shape.gaps])))
+        order = curve_order([g.curve for g in sw.one_shape.gaps], sw.curve_variants)
+        out += _table_lines(one_shape_table(sw.one_shape, settings, order))
     if sw.envelope is not None:
         out += _table_lines(envelope_table(sw))
     if sw.protocol_cells:

@@ -145,15 +145,6 @@ def at_one_rate(row: Any, ids: list[str], runs: pd.DataFrame) -> tuple[list[str]
     return [i for i in ids if rate.get(i) == nearest], float(nearest)
 
 
-def n_blocks_of(points: pd.DataFrame, curve: str) -> int | None:
-    """N of a Block curve (the most common n_blocks among its points), None for others."""
-    g = points[points["curve"] == curve]
-    values = pd.to_numeric(g["n_blocks"], errors="coerce").dropna()
-    if values.empty or not str(curve).startswith("block"):
-        return None
-    return int(values.mode().iloc[0])
-
-
 def last_step(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of each run's last logged step ("end of training")."""
     if table.empty:

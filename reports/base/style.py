@@ -4,7 +4,10 @@ A variant's color depends on its name only (never on the order curves happen to 
 is the same near-black, Full AttnRes the same blue and Block AttnRes the same orange in every figure and every
 report. Block curves of a block-size ablation (``block-N4``, ``block-N8``) get shades of the Block orange by N;
 known ablation variants have fixed colors; any other name gets a color from a fixed palette chosen by a hash
-of the name. Imports matplotlib lazily (only the helpers that draw need it); never imports torch.
+of the name. Each helper takes the :class:`~attnres.variants.Variant` a curve stands for (a result's
+``curve_variant``, or :func:`analysis.data.select.curve_variants` of a point table) and shows the N it carries; a
+figure that shows N only where the curve's name says it (a Block curve of one N per size stands for every N) passes
+``variant.as_named(curve)``. Imports matplotlib lazily (only the helpers that draw need it); never imports torch.
 """
 
 from __future__ import annotations
@@ -75,20 +78,19 @@ RC = {
 }
 
 
-def variant_color(curve: str) -> str:
-    """The fixed color of a variant or curve label (``block-N8`` gets a shade of the Block color by N)."""
-    v = Variant.of_curve(curve)
-    variant = v.name
-    if variant == "block" and v.n_blocks is not None:
-        return _block_shade(v.n_blocks)
-    if variant in _FIXED_COLORS:
-        return _FIXED_COLORS[variant]
+def variant_color(variant: Variant) -> str:
+    """The fixed color of a variant (Block AttnRes with its N: a shade of the Block color by N)."""
+    name = variant.name
+    if name == "block" and variant.n_blocks is not None:
+        return _block_shade(variant.n_blocks)
+    if name in _FIXED_COLORS:
+        return _FIXED_COLORS[name]
     for prefix, color in _PREFIX_COLORS:
-        if variant.startswith(prefix) and variant[len(prefix) :].isdigit():
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
             return color
-        if prefix.endswith("window") and variant.startswith(prefix):
+        if prefix.endswith("window") and name.startswith(prefix):
             return color
-    return _PALETTE[_stable_index(variant, len(_PALETTE))]
+    return _PALETTE[_stable_index(name, len(_PALETTE))]
 
 
 _BLOCK_SHADES = ["#f6b26b", "#f08a24", "#d9620b", "#a84a06", "#7a3304", "#4d2002", "#2e1301"]  # N ~ 1, 2, 4, .. 64
@@ -104,33 +106,31 @@ def _stable_index(name: str, n: int) -> int:
     return int(hashlib.sha256(name.encode()).hexdigest(), 16) % n
 
 
-def variant_marker(curve: str) -> str:
-    v = Variant.of_curve(curve)
-    variant, base = v.name, v.residual
-    if variant in _MARKERS:
-        return _MARKERS[variant]
+def variant_marker(variant: Variant) -> str:
+    name, base = variant.name, variant.residual
+    if name in _MARKERS:
+        return _MARKERS[name]
     for prefix in ("mhc", "hc"):
         if base.startswith(prefix) and base[len(prefix) :].isdigit():
             return _MARKERS[prefix]
-    return _OTHER_MARKERS[_stable_index(variant, len(_OTHER_MARKERS))]
+    return _OTHER_MARKERS[_stable_index(name, len(_OTHER_MARKERS))]
 
 
-def variant_linestyle(curve: str) -> str:
-    variant = Variant.of_curve(curve).name
-    if variant == "baseline":
+def variant_linestyle(variant: Variant) -> str:
+    name = variant.name
+    if name == "baseline":
         return "-"
-    if variant.startswith("block"):
+    if name.startswith("block"):
         return "--"
-    if variant.startswith("full"):
+    if name.startswith("full"):
         return "-"
     return "-."
 
 
-def variant_label(curve: str, n_blocks: int | None = None) -> str:
-    """The legend name (:attr:`Variant.title`) of a curve known by its name only (a figure drawn from points):
-    ``baseline``, ``Full AttnRes``, ``Block AttnRes (N=4)``; other names as they are, with N only when the curve
-    name says it (``block+heads16-N4``). ``n_blocks``: N of a Block AttnRes curve whose name does not say it."""
-    return Variant.of_curve(curve, n_blocks).title
+def variant_label(variant: Variant) -> str:
+    """The legend name (:attr:`Variant.title`): ``baseline``, ``Full AttnRes``, ``Block AttnRes (N=4)`` (with the N
+    the variant carries); other names as they are, with an N they carry (``block+heads16 (N=4)``)."""
+    return variant.title
 
 
 def wrap_to_width(text: str, width_in: float, fontsize: float) -> str:

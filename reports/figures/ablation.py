@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from attnres.variants import Variant
 from reports.base.data import MissingData, Shape, sweep_points, sweep_runs
 from reports.base.style import FIGSIZE, rc_context, variant_color, variant_marker
 
@@ -100,13 +101,13 @@ def plot_block_size_ablation(
             seeds = f", {b['n_seeds']} seeds" if b["n_seeds"] > 1 else ""
             ax.axhline(
                 b["loss"],
-                color=variant_color("baseline"),
+                color=variant_color(Variant("baseline")),
                 lw=1.5,
                 label=f"baseline (no depth attention{seeds})",
                 zorder=3,
             )
             if b["n_seeds"] > 1:
-                ax.axhspan(b["low"], b["high"], color=variant_color("baseline"), alpha=0.1, lw=0, zorder=1)
+                ax.axhspan(b["low"], b["high"], color=variant_color(Variant("baseline")), alpha=0.1, lw=0, zorder=1)
             lo.append(float(b["low"]))
             hi.append(float(b["high"]))
         _block_size_axis(ax, attn["S"].to_numpy(float), n_sub)
@@ -132,7 +133,7 @@ def _draw_attnres_points(ax: Any, attn: pd.DataFrame) -> None:
     ax.plot(
         blocks["S"].to_numpy(float),
         blocks["loss"].to_numpy(float),
-        color=variant_color("block"),
+        color=variant_color(Variant("block")),
         lw=1.2,
         ls="--",
         zorder=2,
@@ -147,8 +148,8 @@ def _draw_attnres_points(ax: Any, attn: pd.DataFrame) -> None:
             g["S"].to_numpy(float),
             gy,
             yerr=err,
-            fmt=variant_marker(variant),
-            color=variant_color(variant),
+            fmt=variant_marker(Variant(variant)),
+            color=variant_color(Variant(variant)),
             ms=7,
             capsize=3,
             mec="white",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from attnres.variants import Variant
 from reports.base.data import MissingData, sweep_fit
 from reports.base.style import rc_context, variant_label
 
@@ -40,6 +41,7 @@ def plot_architecture(report: FitReport, sweep: str | None = None) -> Figure:
     if grid is None:
         raise MissingData("not an architecture sweep (cells of several depths and head counts at one size)")
     curves = grid.curves
+    names = {c: variant_label(sw.curve_variants[c].as_named(c)) for c in curves}  # N only where the name has it
     others = [c for c in curves if c != grid.baseline]
     depths = sorted({c.n_layer for c in grid.cells})
     rows = len(grid.row_names)
@@ -57,13 +59,13 @@ def plot_architecture(report: FitReport, sweep: str | None = None) -> Figure:
             best = grid.best(curve)
             ax.plot(depths.index(best.n_layer) + 0.32, best.row + 0.28, "*", ms=13, color="white", mec="black", mew=0.8)
             _annotate(ax, losses[curve], "{:.3f}")
-            _axes(ax, col_labels, grid.row_names, f"{variant_label(curve)}: loss")
+            _axes(ax, col_labels, grid.row_names, f"{names[curve]}: loss")
             fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
         for ax, curve in zip(axes[0][len(curves) :], others):
             bound = max(float(np.nanmax(np.abs(gaps[curve]))), 1e-9)
             image = ax.imshow(gaps[curve], cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", origin="lower")
             _annotate(ax, gaps[curve], "{:+.2f}")
-            title = f"{variant_label(curve)} - {variant_label(grid.baseline)}, %"
+            title = f"{names[curve]} - {names.get(grid.baseline) or variant_label(Variant(grid.baseline))}, %"
             if curve in grid.gap_change:
                 gap = grid.gap_change[curve]
                 title += f"\nchange L{gap.depths[0]} -> L{gap.depths[1]}: {gap.change.text(3)}"

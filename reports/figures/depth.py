@@ -35,12 +35,12 @@ def plot_depth_trend(report: FitReport, sweep: str | None = None) -> Figure:
     level = report.settings.level
     with rc_context():
         fig, (gap_ax, m_ax) = plt.subplots(1, 2, figsize=(FIGSIZE[0] * 1.45, FIGSIZE[1]))
-        for curve in curve_order(trends):
-            t = trends[curve]
-            color, label = variant_color(curve), variant_label(curve)
+        for curve in curve_order(trends, sw.curve_variants):
+            t, named = trends[curve], sw.curve_variants[curve].as_named(curve)  # N only where the curve's name has it
+            color, label = variant_color(named), variant_label(named)
             x = np.array([p.sublayers for p in t.points], dtype=float)
             gaps = np.array([p.gap for p in t.points])
-            gap_ax.plot(x, gaps, variant_marker(curve), color=color, ms=6)
+            gap_ax.plot(x, gaps, variant_marker(named), color=color, ms=6)
             line_x = np.linspace(x[0], x[-1], 50)
             slope = (t.gap_at[1] - t.gap_at[0]) / (x[-1] - x[0])
             line = t.gap_at[0] + slope * (line_x - x[0])
@@ -51,7 +51,7 @@ def plot_depth_trend(report: FitReport, sweep: str | None = None) -> Figure:
                 se = t.residual_sd * np.sqrt(1 / x.size + (line_x - x.mean()) ** 2 / float(dx @ dx))
                 half = float(student_t.ppf(0.5 + level / 2, x.size - 2)) * se
                 gap_ax.fill_between(line_x, line - half, line + half, color=color, alpha=0.15, lw=0)
-            m_ax.plot(x, [p.multiplier for p in t.points], variant_marker(curve) + "-", color=color, ms=6, label=label)
+            m_ax.plot(x, [p.multiplier for p in t.points], variant_marker(named) + "-", color=color, ms=6, label=label)
         gap_ax.axhline(0, color="#888888", lw=0.8)
         gap_ax.set_xlabel("depth (sublayers, 2 per transformer block)")
         gap_ax.set_ylabel("paired gap 100 (ln L_base - ln L_var), %\n> 0: the variant's loss is lower")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analysis.data.select import curve_variants
 from attnres.storage.schema import PRE_CLIP_LAYER_GRADS
 from attnres.variants import Variant, curve_order
 from reports.base.data import (
@@ -26,7 +27,6 @@ from reports.base.data import (
     Shape,
     at_one_rate,
     last_step,
-    n_blocks_of,
     reference_points,
     sweep_points,
     sweep_runs,
@@ -52,17 +52,16 @@ BLOCK_GRAD_LABEL = "L2 norm of block parameter gradients (before clipping)"
 DEPTH_LABEL = "transformer block (1 = nearest the embedding)"
 
 
-def _keep(points: pd.DataFrame, variants: Sequence[str] | None):
+def _keep(points: pd.DataFrame, variants: Sequence[str] | None) -> Callable[[str], bool]:
+    """Which curves of ``points`` a figure shows: those ``variants`` names (a curve or a variant name: ``block``
+    keeps every N), by default the main variants (every variant when none of them ran)."""
+    of = curve_variants(points)
     if variants is not None:
         wanted = set(variants)
-        return lambda curve: curve in wanted or Variant.of_curve(curve).name in wanted
-    if points["curve"].map(_is_main).any():
-        return _is_main
+        return lambda curve: curve in wanted or of[curve].name in wanted
+    if any(v.is_main for v in of.values()):
+        return lambda curve: of[curve].is_main
     return lambda curve: True
-
-
-def _is_main(curve: str) -> bool:
-    return Variant.of_curve(curve).is_main
 
 
 def plot_loss_curves(
@@ -165,10 +164,11 @@ def _loss_split(m: pd.DataFrame, points: pd.DataFrame, keep: Callable[[str], boo
 
 
 class _SeedCurve:
-    """One curve at the reference shape: its label, style and each drawn seed's (tokens, loss)."""
+    """One curve at the reference shape: its variant as its name shows it (its look), its label, and each drawn
+    seed's (tokens, loss)."""
 
-    def __init__(self, curve: str, label: str, run_ids: list[str], seeds: list[tuple[np.ndarray, np.ndarray]]):
-        self.curve, self.label, self.run_ids, self.seeds = curve, label, run_ids, seeds
+    def __init__(self, named: Variant, label: str, run_ids: list[str], seeds: list[tuple[np.ndarray, np.ndarray]]):
+        self.named, self.label, self.run_ids, self.seeds = named, label, run_ids, seeds
 
     def mean_band(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """(tokens, mean, low, high) over the seeds at the tokens they all logged (None: one seed)."""
@@ -187,8 +187,8 @@ def _seed_curves(
 ) -> list[_SeedCurve]:
     """Each curve's runs at the reference shape, at one learning rate: a point read from an envelope holds every
     rate's runs, and only the seeds of the swept rate nearest its best rate are one curve's seeds."""
-    out = []
-    for curve in curve_order(sel["curve"]):
+    out, variants = [], curve_variants(points)
+    for curve in curve_order(sel["curve"], variants):
         row = sel[sel["curve"] == curve].iloc[0]
         ids, lr = at_one_rate(row, sorted(i for i in row["run_ids"] if i in available), runs)
         at = "" if lr is None else f" at lr {lr:.3g}"
@@ -196,8 +196,8 @@ def _seed_curves(
         for rid in ids:
             d = m[m["run_id"].astype(str) == rid].sort_values("step")
             seeds.append((d["tokens"].to_numpy(float), d["loss"].to_numpy(float)))
-        label = variant_label(curve, n_blocks_of(points, curve)) + (f" ({len(ids)} seeds{at})" if len(ids) > 1 else at)
-        out.append(_SeedCurve(curve, label, ids, seeds))
+        label = variant_label(variants[curve]) + (f" ({len(ids)} seeds{at})" if len(ids) > 1 else at)
+        out.append(_SeedCurve(variants[curve].as_named(curve), label, ids, seeds))
     return out
 
 
@@ -208,7 +208,7 @@ def _draw_loss_curves(ax: Any, axz: Any | None, curves: list[_SeedCurve]) -> tup
     end = max(float(x.max()) for c in curves for x, _ in c.seeds)
     zoom_lo, zoom_hi = [], []
     for c in curves:
-        color, ls = variant_color(c.curve), variant_linestyle(c.curve)
+        color, ls = variant_color(c.named), variant_linestyle(c.named)
         band = c.mean_band()
         faint = {"color": color, "ls": ls, "lw": 0.7, "alpha": 0.3}
         for x, y in c.seeds:
@@ -222,13 +222,13 @@ def _draw_loss_curves(ax: Any, axz: Any | None, curves: list[_SeedCurve]) -> tup
                     axz.plot(x[half], y[half], **faint)
         if band is None:  # one seed: its own line, labelled
             x, y = c.seeds[0] if c.seeds else (np.array([]), np.array([]))
-            bold = {"color": color, "ls": ls, "lw": 1.6, "marker": None if many else variant_marker(c.curve), "ms": 3.5}
+            bold = {"color": color, "ls": ls, "lw": 1.6, "marker": None if many else variant_marker(c.named), "ms": 3.5}
             ax.plot(x[x > 0], y[x > 0], **bold, label=c.label)
             if axz is not None:
                 axz.plot(x[x >= 0.5 * end], y[x >= 0.5 * end], **bold, label=c.label)
             continue
         x, mean, low, high = band
-        bold = {"color": color, "ls": ls, "lw": 1.8, "marker": None if many else variant_marker(c.curve), "ms": 3.5}
+        bold = {"color": color, "ls": ls, "lw": 1.8, "marker": None if many else variant_marker(c.named), "ms": 3.5}
         for target, keep in ((ax, x > 0), (axz, x >= 0.5 * end)):
             if target is None:
                 continue
@@ -255,8 +255,8 @@ def _draw_training_loss(ax: Any, train: pd.DataFrame, curves: list[_SeedCurve]) 
                 ax.plot(
                     x[pos],
                     y[pos],
-                    color=variant_color(c.curve),
-                    ls=variant_linestyle(c.curve),
+                    color=variant_color(c.named),
+                    ls=variant_linestyle(c.named),
                     lw=0.8,
                     alpha=0.45,
                     zorder=1,
@@ -275,8 +275,11 @@ def _block_profiles(
     what: str,
     points: pd.DataFrame | None,
 ) -> tuple[
-    str | None, Shape, list[tuple[str, int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]]
+    str | None, Shape, list[tuple[Variant, str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]]
 ]:
+    """The reference shape and, per curve there in the figures' order: its variant as its name shows it (its look),
+    its label (with N), the blocks, the mean, low and high of ``column`` over its seeds, their count, the last step
+    and the runs."""
     runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     lay = table_rows(layers, sweep)
     if lay.empty:
@@ -289,8 +292,8 @@ def _block_profiles(
     shape, sel = reference_points(
         points, keep=_keep(points, variants), has_data=lambda ids: any(i in available for i in ids), what=what
     )
-    out = []
-    for curve in curve_order(sel["curve"]):
+    out, variants = [], curve_variants(points)
+    for curve in curve_order(sel["curve"], variants):
         row = sel[sel["curve"] == curve].iloc[0]
         ids, _ = at_one_rate(row, sorted(i for i in row["run_ids"] if i in available), runs)
         d = lay[lay["run_id"].astype(str).isin(ids)]
@@ -299,8 +302,8 @@ def _block_profiles(
         step = int(d["step"].max())
         out.append(
             (
-                curve,
-                n_blocks_of(points, curve),
+                variants[curve].as_named(curve),
+                variant_label(variants[curve]),
                 table.index.to_numpy(int) + 1,
                 np.nanmean(values, axis=1),
                 np.nanmin(values, axis=1),
@@ -322,15 +325,15 @@ def _plot_profiles(
     with rc_context():
         fig, ax = plt.subplots(figsize=FIGSIZE)
         lows, highs = [], []
-        for curve, n, x, mean, lo, hi, n_runs, _step, _ids in profiles:
-            color = variant_color(curve)
-            label = variant_label(curve, n) + (f" (mean of {n_runs} seeds)" if n_runs > 1 else "")
+        for named, name, x, mean, lo, hi, n_runs, _step, _ids in profiles:
+            color = variant_color(named)
+            label = name + (f" (mean of {n_runs} seeds)" if n_runs > 1 else "")
             ax.plot(
                 x,
                 mean,
                 color=color,
-                ls=variant_linestyle(curve),
-                marker=variant_marker(curve),
+                ls=variant_linestyle(named),
+                marker=variant_marker(named),
                 ms=5,
                 lw=1.5,
                 label=label,

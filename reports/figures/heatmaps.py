@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analysis.data.select import curve_variants
 from reports.base.data import (
     MissingData,
     at_one_rate,
     last_step,
-    n_blocks_of,
     reference_points,
     sweep_points,
     table_rows,
@@ -77,8 +77,10 @@ def plot_depth_attention(
 ) -> Figure:
     """Heatmaps of the mean depth-attention weight for one AttnRes curve (``"full"``, ``"block"``,
     ``"block-N4"``): pre-attention queries left, pre-MLP queries (and the final aggregation) right, one
-    shared color scale. ``run_ids`` picks the runs; by default the chosen seeds of the reference shape.
-    ``points``: the fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
+    shared color scale. ``run_ids`` picks the runs; by default the chosen seeds of the reference shape. The title
+    names the curve's variant as its points carry it (:func:`analysis.data.select.curve_variants`, Block with its
+    N), so the curve needs a finished run. ``points``: the fit's points of the sweep (default: selected from
+    ``runs`` by ``select_method``)."""
     import matplotlib as mpl
     import matplotlib.pyplot as plt
 
@@ -92,7 +94,9 @@ def plot_depth_attention(
     steps = sorted(d["step"].unique().tolist())
     mats = depth_attention_matrices(d)
     is_block = (d["source_kind"].astype(str).isin(["block", "partial"])).any()
-    n_blocks = n_blocks_of(points, variant) if not points.empty else None
+    variants = curve_variants(points)
+    if variant not in variants:  # explicit run_ids of a curve with no finished run
+        raise MissingData(f"no finished runs of {variant!r} in sweep {sweep!r}")
     norm, clipped = _color_scale(mats)
     n_rows = max(len(mats.get(k, (None, []))[1]) + (1 if k == "mlp" and "final" in mats else 0) for k, _ in _PANELS)
     n_cols = next(iter(mats.values()))[0].shape[1]
@@ -102,7 +106,7 @@ def plot_depth_attention(
         at = f"step {steps[0]}" if len(steps) == 1 else "last step of each run"
         seeds = f", mean of {len(run_ids)} seeds" if len(run_ids) > 1 else ""
         note = "; outlined: the query's own partial block" if is_block else ""
-        name = variant_label(variant, n_blocks)
+        name = variant_label(variants[variant])
         # wrapped to the figure's width (a long sweep name and shape ran past both edges), with room for its lines
         heading = f"Depth attention, {name}\nsweep {sweep}, {where}, {at}{seeds}{note}"
         heading = wrap_to_width(heading, width - 0.3, 10.5)

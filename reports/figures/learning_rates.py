@@ -24,13 +24,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
     from analysis import FitReport
+    from analysis.data.envelope import Envelopes
+    from attnres.variants import Variant
 
 
-def _envelope(report: FitReport, sweep: str | None):  # noqa: ANN202 (an analysis.data.envelope.Envelopes)
+def _envelope(report: FitReport, sweep: str | None) -> tuple[Envelopes, dict[str, Variant]]:
+    """The sweep's envelopes, and each of their curves as its name shows it, in the figures' order (the figures draw
+    a Block curve of one N per size without an N, as every N's)."""
     sw = sweep_fit(report, sweep)
     if sw.envelope is None or not sw.envelope.cells:
         raise MissingData("no learning-rate envelope (fit with --lr envelope a grid that trained several rates)")
-    return sw.envelope
+    variants = sw.curve_variants
+    curves = curve_order({c.curve for c in sw.envelope.cells}, variants)
+    return sw.envelope, {c: variants[c].as_named(c) for c in curves}
 
 
 def plot_lr_curves(report: FitReport, sweep: str | None = None) -> Figure:
@@ -39,29 +45,28 @@ def plot_lr_curves(report: FitReport, sweep: str | None = None) -> Figure:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
 
-    envelope = _envelope(report, sweep)
+    envelope, curves = _envelope(report, sweep)
     # one panel per (size, budget); the variants of a size differ in parameters (the depth mixer's), so a panel is
     # named and ordered by the smallest, the baseline's
     smallest: dict[tuple[float, str], float] = {}
     for c in envelope.cells:
         smallest[(c.tokens, c.size)] = min(c.params, smallest.get((c.tokens, c.size), c.params))
     panels = sorted(((t, n, size) for (t, size), n in smallest.items()), key=lambda p: (p[0] / p[1], p[1]))
-    curves = curve_order({c.curve for c in envelope.cells})
     cols = min(len(panels), 5)
     rows = math.ceil(len(panels) / cols)
     with rc_context():
         fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 0.6, 2.5 * rows + 0.8), squeeze=False)
         for ax, (tokens, params, size) in zip(axes.flat, panels):
-            for curve in curves:
+            for curve, named in curves.items():
                 cell = next(
                     (c for c in envelope.cells if c.curve == curve and c.size == size and c.tokens == tokens), None
                 )
                 if cell is None:
                     continue
-                color = variant_color(curve)
-                ax.plot(cell.rates, cell.rate_loss, variant_marker(curve), color=color, ms=4, alpha=0.8)
+                color = variant_color(named)
+                ax.plot(cell.rates, cell.rate_loss, variant_marker(named), color=color, ms=4, alpha=0.8)
                 grid = np.geomspace(cell.rates[0], cell.rates[-1], 60)
-                ax.plot(grid, cell.curve_at(grid), "-", color=color, lw=1.2, label=variant_label(curve))
+                ax.plot(grid, cell.curve_at(grid), "-", color=color, lw=1.2, label=variant_label(named))
                 ax.plot(
                     [cell.best_lr],
                     [cell.loss],
@@ -92,14 +97,13 @@ def plot_best_lr(report: FitReport, sweep: str | None = None) -> Figure:
     paper's sizes, and the paper's Table 2 rates there."""
     import matplotlib.pyplot as plt
 
-    envelope = _envelope(report, sweep)
-    curves = curve_order({c.curve for c in envelope.cells})
+    envelope, curves = _envelope(report, sweep)
     with rc_context():
         fig, ax = plt.subplots(figsize=(7.0, 4.6))
         far = np.geomspace(min(c.params for c in envelope.cells) / 1.5, max(TABLE2_PARAMS) * 1.5, 100)
-        for curve in curves:
+        for curve, named in curves.items():
             cells = [c for c in envelope.cells if c.curve == curve]
-            color, marker = variant_color(curve), variant_marker(curve)
+            color, marker = variant_color(named), variant_marker(named)
             inside = [c for c in cells if not c.edge]
             edges = [c for c in cells if c.edge]
             ax.plot([c.params for c in inside], [c.best_lr for c in inside], marker, color=color, ms=6)
@@ -113,7 +117,7 @@ def plot_best_lr(report: FitReport, sweep: str | None = None) -> Figure:
                     "--",
                     color=color,
                     lw=1,
-                    label=f"{variant_label(curve)}: lr* ~ N^{law.exponent:.2f}",
+                    label=f"{variant_label(named)}: lr* ~ N^{law.exponent:.2f}",
                 )
         ax.plot(TABLE2_PARAMS, TABLE2_LR, "kx", ms=8, mew=1.5, label=TABLE2_NOTE)
         ax.set_xscale("log")
@@ -128,15 +132,15 @@ def plot_best_lr(report: FitReport, sweep: str | None = None) -> Figure:
 def best_lr_table(report: FitReport, sweep: str | None = None) -> pd.DataFrame:
     """Per variant: the fitted exponent of its best rate in N, how many cells sit at an edge, and the rate the law
     gives at each of the paper's sizes, with the paper's own rates in the last row."""
-    envelope = _envelope(report, sweep)
+    envelope, curves = _envelope(report, sweep)
     rows = []
-    for curve in curve_order({c.curve for c in envelope.cells}):
+    for curve, named in curves.items():
         law = rate_law(envelope, curve)
         if law is None:
             continue
         rows.append(
             {
-                "variant": variant_label(curve),
+                "variant": variant_label(named),
                 "exponent": f"{law.exponent:.3g}",
                 "cells (at an edge)": f"{law.n_cells} ({law.edges})",
                 **{f"lr* at {p / 1e6:.0f}M": f"{float(law.lr_at(p)):.3g}" for p in TABLE2_PARAMS},

@@ -2,8 +2,9 @@
 compute (figure 2), and the paper's published fits as a separate reference figure.
 
 Every function takes the :class:`analysis.FitReport` (and optionally the runs DataFrame, for the individual
-runs behind a point and the N of Block curves) and returns a matplotlib Figure; nothing here reads or writes
-files. Imports matplotlib only inside the functions; never imports torch.
+runs behind a point) and returns a matplotlib Figure; each curve is named and drawn from the variant its results
+carry (with Block AttnRes's N). Nothing here reads or writes files. Imports matplotlib only inside the functions;
+never imports torch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from analysis import PFLOP_S_DAY, PowerLaw
 from analysis.laws.forms import form_of_curve, law_params
 from analysis.tables.tables import NO_INTERVAL, has_intervals
 from attnres.variants import Variant
-from reports.base.data import MissingData, n_blocks_of, sweep_fit
+from reports.base.data import MissingData, sweep_fit
 from reports.base.paper import PAPER_BLOCK_N, PAPER_FITS, PAPER_HEADLINE_C, PAPER_M, PAPER_RANGE
 from reports.base.style import (
     FIGSIZE,
@@ -45,9 +46,9 @@ def compute_unit_scale(compute_unit: str) -> float:
     return PFLOP_S_DAY if compute_unit == "pflops_days" else 1.0
 
 
-def paper_multiplier(variant: str) -> float | None:
-    """M of the paper's published fits at C = 5.6 PFLOP/s-days (Block: 1.25, Full: 1.27); None for others."""
-    name = Variant.of_curve(variant).name
+def paper_multiplier(variant: Variant) -> float | None:
+    """M of the paper's published fits at C = 5.6 PFLOP/s-days (Block: 1.25, Full: 1.27); None for other variants."""
+    name = variant.name
     if name not in ("block", "full"):
         return None
     base = PowerLaw(*PAPER_FITS["baseline"])
@@ -79,21 +80,12 @@ def no_multiplier_reason(report: FitReport, sw: SweepFit) -> str:
     return "only the baseline was fitted; a multiplier needs a fitted variant curve (2+ budgets) in the same sweep"
 
 
-def _n_blocks(sw: SweepFit, curve: str) -> int | None:
-    """N of a Block curve, from the curve's name or the sweep's own points (not its runs looked up by the sweep's
-    name: a slice such as ``cpu_envelope@8tpp`` names no runs, and its Block curves lost their N)."""
-    v = Variant.of_curve(curve)
-    if v.n_blocks is not None or v.name != "block":
-        return v.n_blocks
-    return n_blocks_of(sw.points, curve)
-
-
 def _runs_behind(runs: pd.DataFrame, sw: SweepFit, c: Any, unit: float) -> tuple[np.ndarray, np.ndarray]:
     """(compute, loss) of the finished runs behind a curve's points: the chosen learning rate's seeds, or with
     an IsoFLOP frontier every run of the curve (the sizes the minimum was fitted through)."""
     g = runs[(runs["sweep"].astype(str) == sw.sweep) & (runs["status"] == "done")]
     if sw.frontier:
-        v = Variant.of_curve(c.curve)  # N only when the curve's name says it: a Block curve of one N is every N's
+        v = c.curve_variant.as_named(c.curve)  # N only when the curve is one N of several: one N per size is every N's
         variant, n = v.name, v.n_blocks
         g = g[g["variant"].astype(str) == variant]
         if n is not None:
@@ -108,9 +100,10 @@ def _law_text(law: Any) -> str:
     return form_of_curve(law).legend(law)
 
 
-def multiplier_text(curve: str, estimate: Any, n_blocks: int | None = None) -> str:
-    """``Block N=4: M = 1.31 [1.27, 1.34]`` (3 significant digits, the interval when there is one)."""
-    return f"{Variant.of_curve(curve, n_blocks).short}: M = {estimate.text(3)}"
+def multiplier_text(variant: Variant, estimate: Any) -> str:
+    """``Block N=4: M = 1.31 [1.27, 1.34]`` (the variant's :attr:`~attnres.variants.Variant.short` name; 3 significant
+    digits, the interval when there is one)."""
+    return f"{variant.short}: M = {estimate.text(3)}"
 
 
 def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd.DataFrame | None = None) -> Figure:
@@ -119,7 +112,7 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
 
     The lower panel shows the same points and curves as a percentage of the baseline's fitted loss at the
     same compute, where differences of a percent are visible. With ``runs``, the individual runs behind each
-    point (seeds) are drawn as small faint markers, and Block curves are labelled with their N.
+    point (seeds) are drawn as small faint markers. Block curves are labelled with their N.
     """
     import matplotlib.pyplot as plt
 
@@ -147,9 +140,9 @@ def plot_scaling_curves(report: FitReport, sweep: str | None = None, *, runs: pd
         )
         panels = _ScalingPanels(ax, axr, base, grid)
         for c in sorted(sw.curves, key=lambda c: (*c.curve_variant.order, c.curve)):
-            panels.curve(c, _n_blocks(sw, c.curve))
+            panels.curve(c)
             if show_runs:
-                panels.runs(c.curve, *_runs_behind(runs, sw, c, unit))
+                panels.runs(c.curve_variant.as_named(c.curve), *_runs_behind(runs, sw, c, unit))
         if show_runs:
             what = "individual runs (every size of the IsoFLOP grid)" if sw.frontier else "individual runs (seeds)"
             ax.scatter([], [], marker="o", s=10, facecolor="none", edgecolor="0.4", linewidth=0.6, label=what)
@@ -182,11 +175,12 @@ class _ScalingPanels:
     def _relative(self, compute: np.ndarray, loss: np.ndarray) -> np.ndarray:
         return 100 * (loss / self.base.fit.law.loss(compute) - 1)
 
-    def curve(self, c: Any, n_blocks: int | None) -> None:
-        """A curve's fitted law (labelled with the law and any fit status) and its points."""
+    def curve(self, c: Any) -> None:
+        """A curve's fitted law (labelled with its variant's name with N, the law and any fit status) and its
+        points, in its variant's look (with N only when the curve is one N of several)."""
         ax, axr, grid = self.ax, self.axr, self.grid
-        label = c.curve
-        color, marker, ls = variant_color(label), variant_marker(label), variant_linestyle(label)
+        named = c.curve_variant.as_named(c.curve)
+        color, marker, ls = variant_color(named), variant_marker(named), variant_linestyle(named)
         x = np.array([p.compute for p in c.points])
         y = np.array([p.loss for p in c.points])
         status = "" if c.fit.status == "converged" else f" ({c.fit.status})"
@@ -196,7 +190,7 @@ class _ScalingPanels:
             ls=ls,
             color=color,
             lw=1.5,
-            label=f"{variant_label(label, n_blocks)}: L = {_law_text(c.fit.law)}{status}",
+            label=f"{variant_label(c.curve_variant)}: L = {_law_text(c.fit.law)}{status}",
             zorder=2,
         )
         ax.scatter(x, y, marker=marker, s=34, color=color, edgecolor="white", linewidth=0.6, zorder=4)
@@ -214,9 +208,10 @@ class _ScalingPanels:
                 zorder=4,
             )
 
-    def runs(self, label: str, rx: np.ndarray, ry: np.ndarray) -> None:
-        """The individual runs behind a curve's points, as small hollow markers."""
-        color, marker = variant_color(label), variant_marker(label)
+    def runs(self, named: Variant, rx: np.ndarray, ry: np.ndarray) -> None:
+        """The individual runs behind a curve's points (``named``: its variant as its name shows it), as small hollow
+        markers."""
+        color, marker = variant_color(named), variant_marker(named)
         style = {"marker": marker, "s": 10, "facecolor": "none", "edgecolor": color, "linewidth": 0.6, "alpha": 0.55}
         self.ax.scatter(rx, ry, **style, zorder=3)
         if self.axr is not None:
@@ -233,8 +228,7 @@ def _multiplier_box(ax: Any, sw: SweepFit, runs: pd.DataFrame | None, level: int
     ``level``: the intervals' level in percent, 0 without a bootstrap."""
     # an interval the analysis marks unreliable is never shown without the mark (the report says why)
     lines = [
-        multiplier_text(m.variant, m.multiplier, _n_blocks(sw, m.variant)) + ("" if m.reliable else " (unreliable)")
-        for m in sw.multipliers
+        multiplier_text(m.curve_variant, m.multiplier) + ("" if m.reliable else " (unreliable)") for m in sw.multipliers
     ]
     if not lines:
         return
@@ -292,10 +286,9 @@ def plot_multiplier(
         for ax, m in zip(axes.flat, mults):
             _multiplier_panel(ax, sw, m, level, highs, lows)
             ax.axhline(1.0, color="0.35", lw=1.0, ls="--", label="M = 1 (no gain)", zorder=2)
-            refs.append((ax, paper_multiplier(m.variant) if paper_reference else None))
+            refs.append((ax, paper_multiplier(m.curve_variant) if paper_reference else None))
             ax.set_xscale("log")
-            nb = _n_blocks(sw, m.variant)
-            ax.set_title(f"{variant_label(m.variant, nb)} ({m.exponent} exponent)", fontsize=10)
+            ax.set_title(f"{variant_label(m.curve_variant)} ({m.exponent} exponent)", fontsize=10)
             ax.set_xlabel(compute_label(settings.compute_unit))
         for ax in axes.flat[n:]:
             ax.set_visible(False)
@@ -307,9 +300,10 @@ def plot_multiplier(
     return fig
 
 
-def _local_points(ax: Any, m: Any, color: Any, level: int, highs: list[float], lows: list[float]) -> None:
+def _local_points(ax: Any, m: Any, style: tuple[str, str], level: int, highs: list[float], lows: list[float]) -> None:
     """M at each budget against the baseline's law fitted to its nearest budgets (analysis.estimates.local), hollow and
-    nudged right of the global one so that neither hides the other."""
+    nudged right of the global one so that neither hides the other; ``style``: the variant's (color, marker)."""
+    color, marker = style
     local = [(b.compute, b.local.multiplier) for b in m.budgets if b.local is not None]
     local = [(c, e) for c, e in local if math.isfinite(e.value)]
     if not local:
@@ -323,7 +317,7 @@ def _local_points(ax: Any, m: Any, color: Any, level: int, highs: list[float], l
     yerr = np.clip(yerr, 0.0, None)
     what = f"{level}% CI" if level else NO_INTERVAL
     ax.errorbar(
-        xs, vals, yerr=yerr, fmt=variant_marker(m.variant), color=color, mfc="white", mec=color, ms=5.0, capsize=2.0,
+        xs, vals, yerr=yerr, fmt=marker, color=color, mfc="white", mec=color, ms=5.0, capsize=2.0,
         lw=0.8, label=f"at each budget, local baseline law ({what})", zorder=4,
     )  # fmt: skip
     highs += [float(v) for v in np.concatenate([vals, hi[np.isfinite(hi)]])]
@@ -333,7 +327,8 @@ def _local_points(ax: Any, m: Any, color: Any, level: int, highs: list[float], l
 def _multiplier_panel(ax: Any, sw: SweepFit, m: Any, level: int, highs: list[float], lows: list[float]) -> None:
     """One variant's panel of figure 2: M at each budget with its interval, and M from the shared and from
     the separate exponents (the headline solid); the values shown are added to ``highs`` and ``lows``."""
-    color = variant_color(m.variant)
+    named = m.curve_variant.as_named(m.variant)  # its look: N only when the curve is one N of several
+    color = variant_color(named)
     base_law = sw.curve(m.baseline).fit.law
     var_law = sw.curve(m.variant).fit.law
     xs = np.array([b.compute for b in m.budgets])
@@ -347,7 +342,7 @@ def _multiplier_panel(ax: Any, sw: SweepFit, m: Any, level: int, highs: list[flo
         xs[ok],
         vals[ok],
         yerr=yerr,
-        fmt=variant_marker(m.variant),
+        fmt=variant_marker(named),
         color=color,
         ms=5.5,
         capsize=2.5,
@@ -359,7 +354,7 @@ def _multiplier_panel(ax: Any, sw: SweepFit, m: Any, level: int, highs: list[flo
     )
     highs += [float(v) for v in np.concatenate([vals[ok], hi[ok & np.isfinite(hi)]])]
     lows += [float(v) for v in np.concatenate([vals[ok], lo[ok & np.isfinite(lo)]])]
-    _local_points(ax, m, color, level, highs, lows)
+    _local_points(ax, m, (color, variant_marker(named)), level, highs, lows)
     shared_is_head = m.exponent == "shared"
     if m.multiplier_shared is not None and math.isfinite(m.multiplier_shared.value):
         s = m.multiplier_shared
@@ -455,8 +450,8 @@ def plot_paper_curves() -> Figure:
             ax.plot(
                 grid,
                 PowerLaw(a, alpha).loss(grid),
-                color=variant_color(name),
-                ls=variant_linestyle(name),
+                color=variant_color(Variant(name)),
+                ls=variant_linestyle(Variant(name)),
                 lw=1.6,
                 label=f"paper, {_paper_name(name)}: L = {a}$\\cdot C^{{-{alpha}}}$",
             )
@@ -469,8 +464,8 @@ def plot_paper_curves() -> Figure:
             xytext=(PAPER_HEADLINE_C, target),
             arrowprops={"arrowstyle": "->", "color": "0.3", "lw": 1.0},
         )
-        ax.plot([PAPER_HEADLINE_C], [target], "o", color=variant_color("block"), ms=5)
-        ax.plot([c_base], [target], "o", color=variant_color("baseline"), ms=5)
+        ax.plot([PAPER_HEADLINE_C], [target], "o", color=variant_color(Variant("block")), ms=5)
+        ax.plot([c_base], [target], "o", color=variant_color(Variant("baseline")), ms=5)
         ax.text(
             0.03,
             0.05,

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from analysis.data.select import curve_labels
+from analysis.data.select import curve_labels, curve_variants
 from analysis.estimates.frontier import at_largest_compute
-from attnres.variants import curve_order
+from attnres.variants import Variant, curve_order
 from reports.document.document import Block, Paragraph, Table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,19 +82,20 @@ def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> li
     if len(bases) < 2:
         return []
     cells: dict[tuple[str, str], dict[str, str]] = {}
-    labels: dict[str, str] = {}
+    variants: dict[str, Variant] = {}  # each curve's variant, as the first sweep that has it carries it
     for sw in fit.sweeps:
         base, part = base_of(sw.sweep)
         if base not in bases:
             continue
         for m in sw.multipliers:
-            labels.setdefault(m.variant, m.curve_variant.title)
+            variants.setdefault(m.variant, m.curve_variant)
             mark = "" if m.reliable else " (unreliable)"
             cells.setdefault((part, m.variant), {})[base] = f"{m.multiplier.text(3)}{mark}"
         for f in at_largest_compute(sw.frontier_multipliers):  # as in the headline
-            labels.setdefault(f.variant, f.curve_variant.title)
+            variants.setdefault(f.variant, f.curve_variant)
             cells.setdefault((FRONTIER, f.variant), {})[base] = f"{f.M.text(3)} (not calibrated)"
-    order = curve_order(list(labels))
+    labels = {c: v.title for c, v in variants.items()}
+    order = curve_order(list(variants), variants)
     keys = sorted(cells, key=lambda k: (_part_order(k[0]), order.index(k[1])))
     m_rows = [
         {
@@ -104,7 +105,7 @@ def comparison_blocks(fit: FitReport, runs: pd.DataFrame, level_text: str) -> li
         }  # fmt: skip
         for part, v in keys
     ]
-    lr_rows = _lr_rows(runs, bases, labels)
+    lr_rows = _lr_rows(runs, bases, variants)
     protocols = "; ".join(f"`{b}`: {protocol_of(runs[runs['sweep'] == b])}" for b in bases)
     return [
         Paragraph(
@@ -125,16 +126,19 @@ def _part_order(part: str) -> tuple[float, str]:
         return (-1.0 if not part else float("inf")), part
 
 
-def _lr_rows(runs: pd.DataFrame, bases: list[str], labels: dict[str, str]) -> list[dict[str, str]]:
+def _lr_rows(runs: pd.DataFrame, bases: list[str], variants: dict[str, Variant]) -> list[dict[str, str]]:
+    """The learning rate of every (size, curve) per sweep, for the curves with an M (``variants``) and the
+    baseline."""
     done = runs[(runs["status"] == "done") & runs["sweep"].isin(bases)]
     done = done.assign(curve=curves_of(done).astype(str))
-    variants = [v for v in curve_order(list(done["curve"].unique())) if v in labels or v == "baseline"]
+    shown = {**curve_variants(done), **variants}  # the baseline's variant from the runs, the others' from the fits
+    curves = [c for c in curve_order(done["curve"], shown) if c in variants or c == "baseline"]
     rows = []
     for (n_layer, d_model), g in done.groupby(["n_layer", "d_model"]):
         row = {"size": f"L{n_layer}-d{d_model}"}
-        for v in variants:
+        for c in curves:
             for b in bases:
-                lrs = sorted(g[(g["sweep"] == b) & (g["curve"] == v)]["lr"].unique())
-                row[f"{labels.get(v, v)} in {b}"] = ", ".join(f"{lr:.3g}" for lr in lrs)
+                lrs = sorted(g[(g["sweep"] == b) & (g["curve"] == c)]["lr"].unique())
+                row[f"{variants[c].title if c in variants else c} in {b}"] = ", ".join(f"{lr:.3g}" for lr in lrs)
         rows.append(row)
     return rows

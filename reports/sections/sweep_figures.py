@@ -119,7 +119,7 @@ def depth_attention_figures(ctx: ReportContext, sw: SweepFit) -> list[Section]:
     """A depth-attention heatmap per Full or Block AttnRes curve of the sweep (skipped when there is none)."""
     sweep, runs, points = sw.sweep, ctx.results.runs, sw.points
     variants = sw.curve_variants
-    curves = [c for c in curve_order(points["curve"].unique() if len(points) else []) if variants[c].is_attnres]
+    curves = [c for c in curve_order(points["curve"] if len(points) else [], variants) if variants[c].is_attnres]
     if not curves:
         reason = "no finished Full or Block AttnRes runs in this sweep, so no depth-attention weights"
         return [Section(skipped=[Skipped("depth_attention", sweep, reason)])]

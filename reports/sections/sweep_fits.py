@@ -89,7 +89,8 @@ def _curve_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
             )
         )
     elif sw.one_shape is not None:
-        gaps = one_shape_table(sw.one_shape, ctx.settings, curve_order([g.curve for g in sw.one_shape.gaps]))
+        order = curve_order([g.curve for g in sw.one_shape.gaps], sw.curve_variants)
+        gaps = one_shape_table(sw.one_shape, ctx.settings, order)
         blocks += [
             Paragraph(
                 "Every curve at one model shape and one budget: no scaling law can be fitted, and the result is each "
@@ -133,7 +134,7 @@ def _multiplier_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
     blocks += robust_blocks(ctx, sw)
     sensitivity = tables.sensitivities(ctx.fit, sw.sweep)
     if sensitivity.rows:
-        order = curve_order([m.variant for m in sw.multipliers])
+        order = curve_order([m.variant for m in sw.multipliers], sw.curve_variants)
         blocks += [
             Paragraph(sensitivity.caption),
             Table(sensitivity.frame()),
@@ -145,7 +146,7 @@ def _multiplier_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
 def robust_blocks(ctx: ReportContext, sw: SweepFit) -> list[Block]:
     """Beside the headline: the paired per-size M, the stalled runs and M without them, both tuning protocols
     with the best rates and the paper protocol's cost per cell, and the envelopes' edges."""
-    order = curve_order([m.variant for m in sw.multipliers])
+    order = curve_order([m.variant for m in sw.multipliers], sw.curve_variants)
     blocks: list[Block] = []
     paired = paired_table(sw, ctx.settings, order)
     if paired.rows:

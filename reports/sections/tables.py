@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from analysis.data.select import curve_labels
+from analysis.data.select import curve_labels, curve_variants
 from analysis.tables import tables as analysis_tables
 from analysis.tables.tables import FitTable, curve_table
 from attnres.variants import Variant, curve_order
-from reports.base.data import MissingData, Shape, n_blocks_of, sweep_fit, sweep_points, sweep_runs
+from reports.base.data import MissingData, Shape, sweep_fit, sweep_points, sweep_runs
 from reports.base.paper import PAPER_TABLE4, PAPER_TABLE4_BASELINE, PAPER_TABLE4_BLOCK_SIZE, PAPER_TABLE4_PARAMS
 from reports.base.style import compact_int, variant_label
 
@@ -32,17 +32,17 @@ PAPER_DELTA_COLUMN = f"paper Δ ({PAPER_TABLE4_SIZE}, their data)"
 GAP_COLUMNS = ("gap (%)", "gap low", "gap high", "paper gap (%)")
 
 
-def describe_variant(curve: str) -> str:
-    """A one-line description of a variant name (:attr:`Variant.description`: ``full+sigmoid`` -> "Full AttnRes,
-    sigmoid instead of softmax")."""
-    return Variant.of_curve(curve).description
+def describe_variant(variant: Variant) -> str:
+    """A one-line description of a variant (:attr:`Variant.description`: ``full+sigmoid`` -> "Full AttnRes, sigmoid
+    instead of softmax")."""
+    return variant.description
 
 
 def _variant_order(sw: SweepFit) -> list[str]:
     """The sweep's variants with a multiplier, in the figures' variant order."""
     if not sw.multipliers:
         raise MissingData(f"no multiplier in sweep {sw.sweep!r}")
-    return curve_order([m.variant for m in sw.multipliers])
+    return curve_order([m.variant for m in sw.multipliers], sw.curve_variants)
 
 
 def curve_fits(report: FitReport, sweep: str | None = None) -> FitTable:
@@ -51,7 +51,7 @@ def curve_fits(report: FitReport, sweep: str | None = None) -> FitTable:
     sw = sweep_fit(report, sweep)
     if not sw.curves:
         raise MissingData(f"no fitted curve in sweep {sw.sweep!r}")
-    return curve_table(sw, report.settings, curve_order([c.curve for c in sw.curves]))
+    return curve_table(sw, report.settings, curve_order([c.curve for c in sw.curves], sw.curve_variants))
 
 
 def multipliers(report: FitReport, sweep: str | None = None) -> FitTable:
@@ -117,8 +117,9 @@ def size_table(
     if points.empty:
         raise MissingData("no finished runs")
     shapes = points.groupby("curve")[_SHAPE].apply(lambda g: len(g.drop_duplicates()))
-    curves = [c for c in curve_order(points["curve"].unique()) if Variant.of_curve(c).is_main or shapes.get(c, 0) > 1]
-    names = {c: variant_label(c, n_blocks_of(points, c)) for c in curves}
+    variants = curve_variants(points)
+    curves = [c for c in curve_order(points["curve"], variants) if variants[c].is_main or shapes.get(c, 0) > 1]
+    names = {c: variant_label(variants[c]) for c in curves}
     rows = []
     for (n_layer, d_model, tokens), g in points.groupby(_SHAPE, sort=True):
         g = g[g["curve"].isin(curves)]
@@ -177,8 +178,9 @@ def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
     (size, lr) with the validation loss (nats/token, mean over the finished seeds) of each variant and the
     number of seeds behind it. ``DataFrame.attrs["loss_columns"]`` lists the loss columns."""
     done, sweep = _lr_swept_runs(runs, sweep)
-    curves = curve_order(done["curve"].unique())
-    names = {c: variant_label(c, n_blocks_of(done, c)) for c in curves}
+    variants = curve_variants(done)
+    curves = curve_order(done["curve"], variants)
+    names = {c: variant_label(variants[c]) for c in curves}
     rows = []
     for (n_layer, d_model, tokens, lr), g in done.groupby([*_SHAPE, "lr"], sort=True):
         row = {
@@ -201,12 +203,12 @@ def lr_table(runs: pd.DataFrame, *, sweep: str | None = None) -> pd.DataFrame:
 def has_ablations(
     runs: pd.DataFrame, *, sweep: str | None = None, select_method: str = "mean", points: pd.DataFrame | None = None
 ) -> bool:
-    """Whether a sweep holds ablation variants: any name besides baseline / full / block, or Block with
-    several N at one size."""
+    """Whether a sweep holds ablation variants: any name besides baseline / full / block, or a variant with several
+    N at one size (a curve that is one N of several: :meth:`Variant.as_named` keeps its N)."""
     runs, sweep, points = sweep_points(runs, sweep, select_method, points)
     return bool(len(points)) and any(
-        v.name not in ("baseline", "full", "block") or v.n_blocks is not None
-        for v in map(Variant.of_curve, points["curve"])
+        v.name not in ("baseline", "full", "block") or v.as_named(c).n_blocks is not None
+        for c, v in curve_variants(points).items()
     )
 
 
@@ -236,25 +238,26 @@ def ablation_table(
         scores.append((g["curve"].nunique(), float(g["flops"].max()), key))
     _, _, key = max(scores, key=lambda s: s[:2])
     g = points[(points["n_layer"] == key[0]) & (points["d_model"] == key[1]) & (points["tokens"] == key[2])]
+    variants = curve_variants(g)  # at this size: a Block curve of one N per size has its N here
     base = g[g["curve"] == baseline]
     base_loss = float(base["loss"].iloc[0]) if not base.empty else math.nan
     rows = []
     n_sub = 2 * int(key[0])
-    for c in curve_order(g["curve"]):
+    for c in curve_order(g["curve"], variants):
         r = g[g["curve"] == c].iloc[0]
-        variant = Variant.of_curve(c).name
+        variant, residual = variants[c].name, variants[c].residual
         nb = None if pd.isna(r["n_blocks"]) else int(r["n_blocks"])
         s_value = (
             None
-            if nb is None or variant.split("+")[0] not in ("full", "block")
-            else (1 if variant.split("+")[0] == "full" else math.ceil(n_sub / nb))
+            if nb is None or residual not in ("full", "block")
+            else (1 if residual == "full" else math.ceil(n_sub / nb))
         )
         paper = PAPER_TABLE4.get(variant) if (variant != "block" or s_value == PAPER_TABLE4_BLOCK_SIZE) else None
         rows.append(
             {
                 "variant": c,
-                "description": Variant.of_curve(c, nb).description,
-                "N": nb if variant.split("+")[0] in ("full", "block") else None,
+                "description": variants[c].description,
+                "N": nb if residual in ("full", "block") else None,
                 "S": s_value,
                 "params (non-embedding)": float(r["params"]),
                 "loss": float(r["loss"]),

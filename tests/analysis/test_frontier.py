@@ -30,8 +30,8 @@ def points(k: float, noise: float, rng: np.random.Generator) -> pd.DataFrame:
             for r in RATIOS:
                 d = r * n
                 loss = law(n, factor * d) * np.exp(rng.normal(0, noise))
-                rows.append(dict(curve=curve, n_layer=n_layer, d_model=d_model, params=n, tokens=d,
-                                 flops_per_token=fpt, flops=fpt * d, loss=loss))  # fmt: skip
+                rows.append(dict(curve=curve, variant=curve, n_blocks=None, n_layer=n_layer, d_model=d_model,
+                                 params=n, tokens=d, flops_per_token=fpt, flops=fpt * d, loss=loss))  # fmt: skip
     return pd.DataFrame(rows)
 
 

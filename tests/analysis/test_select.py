@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from analysis import ChinchillaLaw, isoflop_frontier, load_results, select_points
-from analysis.data.select import budget_groups, curve_labels, needs_frontier
+from analysis.data.select import budget_groups, curve_labels, curve_variants, needs_frontier
+from attnres.variants import Variant
 from tests.synthetic_results import write_synthetic_results
 
 
@@ -105,6 +106,32 @@ def test_block_size_ablation_is_split_into_curves():
         ]
     )
     assert list(curve_labels(runs)) == ["block-N2", "block-N8", "full", "full", "baseline"]
+
+
+def test_curve_variants_are_read_from_the_variant_and_n_blocks_columns_not_the_curve_name():
+    rows = [
+        ("block-N4", "block", 4),  # one N of several: the variant with that N
+        ("block-N4", "block", 4),
+        ("block", "block", 4),  # one N per size: the most common N
+        ("block", "block", 8),
+        ("block", "block", 4),
+        ("block+heads16", "block+heads16", 4),  # N only for Block AttnRes itself
+        ("full", "full", 8),
+        ("baseline", "baseline", None),
+        ("odd-N3", "odd-N3", None),  # an unsplit curve is its variant, whatever its name reads as
+        ("x-N2", "x", 5),  # a split curve's N is its rows', not its name's
+    ]
+    points = pd.DataFrame(rows, columns=["curve", "variant", "n_blocks"])
+    assert curve_variants(points) == {
+        "baseline": Variant("baseline"),
+        "block": Variant("block", 4),
+        "block+heads16": Variant("block+heads16"),
+        "block-N4": Variant("block", 4),
+        "full": Variant("full"),
+        "odd-N3": Variant("odd-N3"),
+        "x-N2": Variant("x", 5),
+    }
+    assert curve_variants(points.iloc[:0]) == {}
 
 
 def test_finished_runs_with_nan_loss_are_dropped_with_a_warning_naming_them():

@@ -6,20 +6,37 @@ from __future__ import annotations
 from attnres.variants import Variant, curve_order
 
 
-def test_a_curve_name_reads_back_as_its_variant_and_a_block_curve_takes_n_only_where_its_name_is_silent():
-    assert Variant.of_curve("block-N4") == Variant("block", 4)
-    assert Variant.of_curve("block-N4", 8) == Variant("block", 4)  # the name says N
-    assert Variant.of_curve("block", 8) == Variant("block", 8)
-    assert Variant.of_curve("block+heads16", 8) == Variant("block+heads16")  # N only for Block AttnRes itself
-    assert Variant.of_curve("block4") == Variant("block4")  # a label is not a curve name
-    assert Variant.of_curve("full+sigmoid") == Variant("full+sigmoid")
+def test_a_label_or_a_curve_name_parses_and_other_text_is_a_variant_name():
+    assert Variant.parse("block-N4") == Variant("block", 4)
+    assert Variant.parse("block4") == Variant("block", 4)
+    assert Variant.parse("block4+heads16") == Variant("block+heads16", 4)
+    assert Variant.parse("block+heads16-N4") == Variant("block+heads16", 4)
+    assert Variant.parse("full+sigmoid") == Variant("full+sigmoid")
+    assert Variant.parse_main("block8") == Variant("block", 8) and Variant.parse_main("full+sigmoid") is None
+
+
+def test_a_variant_as_its_curve_names_it_keeps_n_only_for_one_n_of_several():
+    assert Variant("block", 4).as_named("block-N4") == Variant("block", 4)  # split: the name says N
+    assert Variant("block", 4).as_named("block") == Variant("block")  # one N per size: every N's
+    assert Variant("block+heads16", 4).as_named("block+heads16-N4") == Variant("block+heads16", 4)
+    assert Variant("full").as_named("full") == Variant("full")
+    assert Variant("block").as_named("block") == Variant("block")
 
 
 def test_order_groups_baselines_full_block_by_n_then_anything_else():
-    order = [Variant.of_curve(c).order for c in ("baseline", "mhc4", "full", "full+sigmoid", "block-N2", "x")]
+    variants = [Variant("baseline"), Variant("mhc4"), Variant("full"), Variant("full+sigmoid"), Variant("block", 2)]
+    order = [v.order for v in [*variants, Variant("x")]]
     assert order == sorted(order) and len(set(order)) == len(order)
     assert Variant("block", 2).order < Variant("block", 8).order < Variant("block+heads16").order
-    assert curve_order(["x", "block-N8", "block-N2", "full", "denseformer", "baseline", "full"]) == [
+    of = {
+        "x": Variant("x"),
+        "block-N8": Variant("block", 8),
+        "block-N2": Variant("block", 2),
+        "full": Variant("full"),
+        "denseformer": Variant("denseformer"),
+        "baseline": Variant("baseline"),
+    }
+    assert curve_order(["x", "block-N8", "block-N2", "full", "denseformer", "baseline", "full"], of) == [
         "baseline",
         "denseformer",
         "full",
@@ -27,6 +44,8 @@ def test_order_groups_baselines_full_block_by_n_then_anything_else():
         "block-N8",
         "x",
     ]
+    # the order is the variants', never the names': a curve is sorted by the variant it is handed
+    assert curve_order(["b", "a"], {"a": Variant("block", 8), "b": Variant("full")}) == ["b", "a"]
 
 
 def test_attnres_and_main_variants():

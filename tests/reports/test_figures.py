@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 
 import analysis  # noqa: E402
 import reports  # noqa: E402
-from attnres.variants import curve_order  # noqa: E402
+from attnres.variants import Variant, curve_order  # noqa: E402
 from reports.base import style  # noqa: E402
 from reports.base.data import MissingData  # noqa: E402
 from tests.synthetic_results import write_synthetic_results  # noqa: E402
@@ -513,15 +513,19 @@ def test_fit_and_multiplier_tables_match_the_fit(scaling):
 
 
 def test_variant_colors_are_fixed_by_name():
-    assert style.variant_color("baseline") == style.BASELINE_COLOR
-    assert style.variant_color("full") == style.FULL_COLOR
-    assert style.variant_color("block") == style.BLOCK_COLOR
-    main = {style.variant_color(v) for v in ("baseline", "full", "block")}
+    assert style.variant_color(Variant("baseline")) == style.BASELINE_COLOR
+    assert style.variant_color(Variant("full")) == style.FULL_COLOR
+    assert style.variant_color(Variant("block")) == style.BLOCK_COLOR
+    main = {style.variant_color(Variant(v)) for v in ("baseline", "full", "block")}
     assert len(main) == 3
-    shades = [style.variant_color(f"block-N{n}") for n in (1, 2, 4, 8, 16)]
+    shades = [style.variant_color(Variant("block", n)) for n in (1, 2, 4, 8, 16)]
     assert len(set(shades)) == 5
-    assert style.variant_color("some+new_variant") == style.variant_color("some+new_variant")
-    assert curve_order(["block-N8", "full+sigmoid", "block", "baseline", "full", "mhc4", "block-N2"]) == [
+    assert style.variant_color(Variant("some+new_variant")) == style.variant_color(Variant("some+new_variant"))
+    # a Block curve of one N per size is every N's: drawn as its name shows it, in the Block colour
+    assert style.variant_color(Variant("block", 4).as_named("block")) == style.BLOCK_COLOR
+    curves = ["block-N8", "full+sigmoid", "block", "baseline", "full", "mhc4", "block-N2"]
+    of = {c: Variant(c) for c in curves} | {"block-N8": Variant("block", 8), "block-N2": Variant("block", 2)}
+    assert curve_order(curves, of) == [
         "baseline",
         "mhc4",
         "full",
@@ -530,8 +534,8 @@ def test_variant_colors_are_fixed_by_name():
         "block-N2",
         "block-N8",
     ]
-    assert style.variant_label("block", 4) == "Block AttnRes (N=4)"
-    assert style.variant_label("block-N8") == "Block AttnRes (N=8)"
+    assert style.variant_label(Variant("block", 4)) == "Block AttnRes (N=4)"
+    assert style.variant_label(Variant("block", 4).as_named("block")) == "Block AttnRes"
 
 
 def test_figure_functions_do_not_read_files(scaling, monkeypatch):
