@@ -21,11 +21,12 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnres.config import ModelConfig
+from attnres.kernels.rms_norm import rms_norm
 from attnres.mixers import AttnRes, DepthMixer, Recorder, build_mixer
 
 
 class RMSNorm(nn.Module):
-    """``x / sqrt(mean(x^2) + eps) * gain``."""
+    """``x / sqrt(mean(x^2) + eps) * gain`` (:mod:`attnres.kernels.rms_norm`: a one-pass backward on CPU)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -33,27 +34,33 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding (rotate-half form) applied to queries and keys, (B, H, T, hd)."""
+    """Rotary position embedding (rotate-half form) applied to queries and keys, (.., T, hd).
+
+    ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``, computed as ``cat(x2, x1) * sin'``
+    where ``sin'`` holds the sign (``-sin`` on the first half): the same products to the bit, since negating a
+    factor negates the product exactly, with one pass fewer over the heads (eager CPU spent 4 % of a deep, narrow
+    step on the negation; docs/performance.md).
+    """
 
     def __init__(self, head_dim: int, seq_len: int, base: float) -> None:
         super().__init__()
         inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hd/2,)
         angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)  # (T, hd/2)
-        angles = torch.cat([angles, angles], dim=-1)  # (T, hd)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        sin = angles.sin().float()
+        self.register_buffer("cos", torch.cat([angles, angles], dim=-1).cos().float(), persistent=False)
+        self.register_buffer("signed_sin", torch.cat([-sin, sin], dim=-1), persistent=False)  # (T, hd)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """Rotate ``x`` (.., T, hd) as the tokens at positions start .. start + T - 1 (start > 0: decoding)."""
         t = x.shape[-2]
         x1, x2 = x.chunk(2, dim=-1)
-        rotated = torch.cat([-x2, x1], dim=-1)
-        cos, sin = self.cos[start : start + t], self.sin[start : start + t]
-        return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+        swapped = torch.cat([x2, x1], dim=-1)
+        cos, sin = self.cos[start : start + t], self.signed_sin[start : start + t]
+        return x * cos.to(x.dtype) + swapped * sin.to(x.dtype)
 
 
 class KVCache:
@@ -102,19 +109,19 @@ class Attention(nn.Module):
         """``cache``: decoding; the T new tokens follow the ``cache.length`` tokens it holds (transformer block
         ``block``'s keys and values), and attend to those and, causally, to each other."""
         b, t, d = h.shape
-        q, k, v = self.qkv(self.norm(h)).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
-        rotary = self.rotary[0]
-        if cache is None or cache.length == 0:
-            q, k = rotary(q), rotary(k)
+        qkv = self.qkv(self.norm(h)).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        start = 0 if cache is None else cache.length
+        q, k = self.rotary[0](qkv[:2], start)  # queries and keys in one call: half the element-wise launches
+        v = qkv[2]
+        if start == 0:
             if cache is not None:
                 cache.extend(block, k, v)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
         else:
-            start = cache.length
-            keys, values = cache.extend(block, rotary(k, start), v)
+            keys, values = cache.extend(block, k, v)
             # new token i (position start + i) sees positions 0 .. start + i; one new token sees them all
             mask = None if t == 1 else torch.ones(t, start + t, dtype=torch.bool, device=h.device).tril(start)
-            y = F.scaled_dot_product_attention(rotary(q, start), keys, values, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 

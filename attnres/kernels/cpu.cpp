@@ -1,6 +1,6 @@
 // The two-phase depth attention's token-wise work on CPU, fp32: the deposit of a completed source, phase 1 (forward,
 // and the backward of a block's first query) and the phase-2 merge (forward and backward), one pass over each
-// token's rows. (The deposit's backward stays in torch ops: it is mostly a (tokens, Q) x (Q, D) product, which BLAS
+// token's rows; and RMSNorm's backward (every variant's sublayers and final norm), at its end. (The deposit's backward stays in torch ops: it is mostly a (tokens, Q) x (Q, D) product, which BLAS
 // does well, and a kernel for it measured no faster.)
 //
 // The math is that of attnres.kernels.two_phase's Deposit, Phase1 and Merge, line for line (see there and
@@ -293,10 +293,49 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
   });
 }
 
+// RMSNorm's backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps) (the forward is torch's, which also returns r):
+// g, x (N, D), r (N), w (D) -> dx = r * (g w - x * r^2 * mean(g w x)) (N, D) and dw = sum over tokens of g x r (D).
+// Autograd differentiates torch's composite forward op by op, about ten passes over (N, D) tensors; this is one pass
+// for dx and one for dw, summed token by token in token order with its columns split over the threads (as du above).
+std::vector<torch::Tensor> rms_norm_backward(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& r,
+                                             const torch::Tensor& w) {
+  check(g, "g", 2), check(x, "x", 2), check(r, "r", 1), check(w, "w", 1);
+  const int64_t n = x.size(0), d = x.size(1);
+  TORCH_CHECK(g.is_contiguous() && x.is_contiguous() && r.is_contiguous() && w.is_contiguous() && g.size(0) == n &&
+                  g.size(1) == d && r.size(0) == n && w.size(0) == d,
+              "rms_norm_backward: contiguous g, x (N, D), r (N) and w (D) expected");
+  torch::Tensor dx = torch::empty_like(x), dw = torch::zeros({d}, x.options());
+  const float *G = g.data_ptr<float>(), *X = x.data_ptr<float>(), *R = r.data_ptr<float>(), *W = w.data_ptr<float>();
+  float *DX = dx.data_ptr<float>(), *DW = dw.data_ptr<float>();
+  const float inv_d = 1.f / static_cast<float>(d);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float *gt = G + t * d, *xt = X + t * d;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < d; ++i) s += gt[i] * W[i] * xt[i];
+      const float rt = R[t], c = s * rt * rt * inv_d;
+      float* dxt = DX + t * d;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) dxt[i] = rt * (gt[i] * W[i] - c * xt[i]);
+    }
+  });
+  at::parallel_for(0, d, kColumns, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float *gt = G + t * d, *xt = X + t * d;
+      const float rt = R[t];
+#pragma omp simd
+      for (int64_t i = c0; i < c1; ++i) DW[i] += gt[i] * (xt[i] * rt);
+    }
+  });
+  return {dx, dw};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("deposit_forward", &deposit_forward, "deposit a completed source into its slot (CPU, fp32)");
   m.def("phase1_forward", &phase1_forward, "phase 1, forward (CPU, fp32)");
   m.def("slot_backward", &slot_backward, "phase 1, backward of one query (CPU, fp32)");
   m.def("merge_forward", &merge_forward, "phase-2 merge, forward (CPU, fp32)");
   m.def("merge_backward", &merge_backward, "phase-2 merge, backward (CPU, fp32)");
+  m.def("rms_norm_backward", &rms_norm_backward, "RMSNorm, backward (CPU, fp32)");
 }

@@ -1,19 +1,23 @@
-"""Phase 1 and the phase-2 merge of the depth attention as native CPU kernels (``cpu.cpp``), built on use.
+"""Phase 1 and the phase-2 merge of the depth attention, and RMSNorm's backward, as native CPU kernels (``cpu.cpp``),
+built on use.
 
 On CPU the depth attention is bound by memory traffic: eager PyTorch makes about ten passes over (tokens, D)
 tensors per merge, and inside a training step most of them come from memory, not cache. The kernels read each
-token's rows once. torch.compile's fused kernels (:mod:`attnres.kernels.fused`) do the same math but measured no
-faster on CPU, so CPU training uses these and GPU training those. What they buy is measured by the ``-eager``
-variants of ``benchmarks/bench_step.py`` (docs/performance.md).
+token's rows once. RMSNorm's backward (:mod:`attnres.kernels.rms_norm`, every variant's norms) is the same kind of
+work: autograd's dozen passes over the composite norm become two. torch.compile's fused kernels
+(:mod:`attnres.kernels.fused`) do the depth attention's math too but measured no faster on CPU, so CPU training uses
+these and GPU training those. What they buy is measured by the ``-eager`` variants of ``benchmarks/bench_step.py``
+(docs/performance.md).
 
-It is compiled with ``torch.utils.cpp_extension`` the first time the depth attention runs on CPU in fp32 in a
-process, into ``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per build key; later processes load the build). The
+It is compiled with ``torch.utils.cpp_extension`` the first time a CPU fp32 training step runs in a process, into
+``$ATTNRES_CACHE_DIR/native/`` (about 20 s, once per build key; later processes load the build). The
 key is what the build depends on: the torch version, the CPU type, the source and the flags; a change of any gives a
 new folder, so a build happens exactly when the folder has no module yet, and says so. It needs a C++ compiler and
 ninja: always the ninja of this package's environment (a dependency), never whichever is first on PATH, because
 two ninja versions read each other's build log as stale and rebuild everything. If the build fails, one warning
-says why and the eager code of :mod:`attnres.kernels.two_phase` runs instead, with the same results to rounding.
-``ATTNRES_NATIVE=0`` turns the kernels off. A local sweep builds them up front (:func:`build_for`).
+says why and torch ops run instead (the eager code of :mod:`attnres.kernels.two_phase`, torch's own norm), with the
+same results to rounding. ``ATTNRES_NATIVE=0`` turns the kernels off. A local sweep builds them up front
+(:func:`build_for`).
 """
 
 from __future__ import annotations
@@ -50,15 +54,14 @@ def usable(*tensors: Tensor | None) -> bool:
 
 
 def build_for(runs: Iterable[RunConfig]) -> None:
-    """Build the kernels now if any of ``runs`` will use them (AttnRes on CPU).
+    """Build the kernels now if any of ``runs`` will use them (any run on CPU: every model's norms do).
 
     A launcher calls this before it starts its workers, so that a fresh cache's one-time build is announced on
     its console, rather than in the first workers' logs while the sweep seems to stall.
     """
-    from attnres.config import ATTNRES
     from attnres.runtime import uses_gpu
 
-    if enabled and any(cfg.model.residual in ATTNRES and not uses_gpu(cfg.runtime) for cfg in runs):
+    if enabled and any(not uses_gpu(cfg.runtime) for cfg in runs):
         ops()
 
 
@@ -96,8 +99,9 @@ def ops() -> ModuleType | None:
     except Exception as err:  # no compiler, no ninja, a compile error: say so once, then run eagerly
         first_line = (str(err).strip().splitlines() or [""])[0]
         warnings.warn(
-            f"attnres: could not build the native CPU depth-attention kernels ({type(err).__name__}: {first_line}); "
-            "using the eager depth attention instead (same results, slower). Set ATTNRES_NATIVE=0 to skip the attempt.",
+            f"attnres: could not build the native CPU kernels ({type(err).__name__}: {first_line}); using torch ops "
+            "for the depth attention and RMSNorm's backward instead (same results to rounding, slower). Set "
+            "ATTNRES_NATIVE=0 to skip the attempt.",
             RuntimeWarning,
             stacklevel=2,
         )

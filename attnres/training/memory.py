@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_flatten
 from attnres.config import ModelConfig, RunConfig
 from attnres.costs import count_params, states_problem
 from attnres.kernels import cpu as cpu_kernels
+from attnres.kernels import rms_norm
 from attnres.runtime import MEMORY_HEADROOM, available_memory_gib
 
 GIB = 2**30
@@ -103,12 +104,15 @@ class _Allocator(TorchDispatchMode):
 
 @contextlib.contextmanager
 def _eager_depth_kernels() -> Iterator[None]:
-    """The native CPU depth kernels cannot take fake tensors; their eager twins save the same tensors."""
+    """The native CPU kernels cannot take fake tensors: the depth kernels' eager twins save the same tensors, and
+    RMSNorm takes its native path with a backward in torch ops (it saves x, the weight and 1/rms; autograd of the
+    composite norm would count one more (tokens, D) tensor per norm)."""
     was, cpu_kernels.enabled = cpu_kernels.enabled, False
+    norm_was, rms_norm.simulating = rms_norm.simulating, True
     try:
         yield
     finally:
-        cpu_kernels.enabled = was
+        cpu_kernels.enabled, rms_norm.simulating = was, norm_was
 
 
 def _simulate(model_cfg: ModelConfig, cfg: RunConfig, rows: int, micro_steps: int, bf16: bool, gpu: bool) -> tuple:

@@ -256,7 +256,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
     expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
     assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
-    native = {"deposit_forward", "phase1_forward", "slot_backward"}
+    native = {"deposit_forward", "phase1_forward", "slot_backward", "rms_norm_backward"}
     native |= {"merge_forward", "merge_backward"} if merges else set()
     assert native_calls == (native if path == "native" else set())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
@@ -596,8 +596,8 @@ def test_a_process_waits_for_a_build_in_progress_and_says_so():
     "overrides, builds",
     [
         ([], True),  # Block AttnRes on this (CPU-only) machine
-        (["model.residual=baseline"], False),  # no depth attention
-        (["model.residual=full", "runtime.accelerator=gpu"], False),  # the GPU takes the compiled kernels
+        (["model.residual=baseline"], True),  # no depth attention, but RMSNorm's backward
+        (["model.residual=full", "runtime.accelerator=gpu"], False),  # the GPU takes torch's and compiled kernels
     ],
 )
 def test_a_launcher_builds_the_native_kernels_only_for_runs_that_use_them(monkeypatch, overrides, builds):
@@ -607,8 +607,7 @@ def test_a_launcher_builds_the_native_kernels_only_for_runs_that_use_them(monkey
     monkeypatch.setattr(cpu_kernels, "ops", lambda: calls.append(1))
     monkeypatch.setattr(cpu_kernels, "enabled", True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    baseline = resolve_run_config(None, ["model.residual=baseline"])
-    cpu_kernels.build_for([baseline, resolve_run_config(None, overrides)])
+    cpu_kernels.build_for([resolve_run_config(None, overrides)])
     assert calls == ([1] if builds else [])
 
 
@@ -643,3 +642,57 @@ def test_the_kernels_build_with_this_environments_ninja(monkeypatch, tmp_path):
     assert found == real or str(real) in found.read_text()  # on Linux, through attnres.kernels.ninja_guard
     version = [subprocess.run([p, "--version"], capture_output=True, text=True).stdout for p in (found, real)]
     assert version[0] == version[1] and version[0].strip(), version
+
+
+def test_rotary_is_the_rotate_half_formula_to_the_bit():
+    """attnres.model.Rotary folds rotate_half's sign into its sin table; the products are the same bits, at any
+    start position (decoding) and for queries and keys rotated in one call."""
+    from attnres.model import Rotary
+
+    head_dim, seq_len, base = 16, 32, 10_000.0
+    rotary = Rotary(head_dim, seq_len, base)
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().float(), angles.sin().float()
+    qk = torch.randn(2, 3, 4, 8, head_dim, generator=torch.Generator().manual_seed(0))  # (q/k, B, H, T, hd)
+    for start in (0, 5):
+        x1, x2 = qk.chunk(2, dim=-1)
+        c, s = cos[start : start + 8], sin[start : start + 8]
+        expected = qk * c + torch.cat([-x2, x1], dim=-1) * s
+        assert torch.equal(rotary(qk, start), expected)
+        assert torch.equal(rotary(qk[1], start), expected[1])
+
+
+def test_rms_norm_keeps_torchs_forward_and_differentiates_it():
+    """attnres.kernels.rms_norm: torch's forward bits; the native backward's gradients against fp64 autograd."""
+    from attnres.kernels import rms_norm as norm_module
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 16, 48, generator=gen, requires_grad=True)
+    w = (torch.rand(48, generator=gen) + 0.5).requires_grad_()
+    g = torch.randn(4, 16, 48, generator=gen)
+    y = norm_module.rms_norm(x, w, 1e-6)
+    assert torch.equal(y, F.rms_norm(x.detach(), (48,), w.detach(), 1e-6))
+    y.backward(g)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    F.rms_norm(x64, (48,), w64, 1e-6).backward(g.double())
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-5)
+
+
+@needs_cxx
+def test_rms_norm_runs_natively_only_where_a_gradient_is_wanted_on_cpu_fp32(monkeypatch, native_calls):
+    from attnres.kernels import rms_norm as norm_module
+
+    monkeypatch.setattr(cpu_kernels, "enabled", True)
+    x, w = torch.randn(2, 4, 8, requires_grad=True), torch.ones(8, requires_grad=True)
+    with torch.no_grad():
+        norm_module.rms_norm(x, w, 1e-6)
+    norm_module.rms_norm(x.detach(), w.detach(), 1e-6).sum()  # nothing to differentiate
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        norm_module.rms_norm(x, w, 1e-6).float().sum().backward()
+    norm_module.rms_norm(x.double(), w.double(), 1e-6).sum().backward()
+    assert native_calls == set()
+    norm_module.rms_norm(x, w, 1e-6).sum().backward()
+    assert native_calls == {"rms_norm_backward"}

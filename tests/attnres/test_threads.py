@@ -101,6 +101,19 @@ def test_the_merge_kernels_query_gradient_is_the_same_bits_at_1_and_2_threads():
     torch.testing.assert_close(one[1].double(), expected, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.skipif(not cpu_kernels.usable(torch.zeros(1)), reason="the native CPU kernels did not build here")
+def test_the_norm_kernels_weight_gradient_is_the_same_bits_at_1_and_2_threads():
+    """RMSNorm's weight gradient sums over every token too (attnres.kernels.rms_norm)."""
+    gen = torch.Generator().manual_seed(0)
+    n, d = 4096, 48
+    g, x, w = torch.randn(n, d, generator=gen), torch.randn(n, d, generator=gen), torch.randn(d, generator=gen)
+    r = x.square().mean(-1).add(1e-6).rsqrt()
+    one, two = at_threads(lambda: cpu_kernels.ops().rms_norm_backward(g, x, r, w))
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    expected = (g.double() * x.double() * r.double()[:, None]).sum(0)  # fp32 sums of 4,096 terms: to 1e-4
+    torch.testing.assert_close(one[1].double(), expected, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("numel", [40_000, 100_000, 1_000_003])
 def test_diagnostic_norms_are_the_same_bits_at_1_and_2_threads(numel):
     """torch's sum of a whole tensor of more than 32,768 elements is formed in per-thread parts; the diagnostics'
