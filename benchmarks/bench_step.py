@@ -18,7 +18,9 @@ with ``--fused-depth``, through the fused kernels of ``attnres.kernels.fused``).
 through the C++ kernels of ``attnres.kernels.cpu`` where they build (the header says ``native=True``); a variant
 named with ``-eager`` (``block4-eager``) runs it in torch ops instead, side by side with the others. A variant
 named with ``-ckpt`` (``block4-ckpt``) trains with ``runtime.checkpointing=sublayer``: each sublayer recomputed in
-backward; its peak memory beside the plain variant's is what activation checkpointing saves.
+backward; its peak memory beside the plain variant's is what activation checkpointing saves. A variant named with
+``-scatter`` (``full-scatter``) forms Full AttnRes's slot gradients as Block AttnRes does, each reader adding its
+share into every slot's gradient buffer, instead of each slot gathering its readers' (``Buffers.gather``).
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ from attnres.variants import Variant
 
 EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
 CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
+SCATTER = "-scatter"  # variant suffix: one sublayer per block, the slots' gradients scattered by the readers
 
 
 def base_name(name: str) -> str:
-    """The variant without its -eager / -ckpt suffixes."""
-    return name.replace(EAGER, "").replace(CKPT, "")
+    """The variant without its -eager / -ckpt / -scatter suffixes."""
+    return name.replace(EAGER, "").replace(CKPT, "").replace(SCATTER, "")
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
@@ -141,10 +144,18 @@ def peak_bytes(runner: Runner, device: torch.device) -> int:
 
 
 def depth_only_time(
-    cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype, fused: bool, native: bool = True
+    cfg: ModelConfig,
+    batch: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    fused: bool,
+    native: bool = True,
+    gather: bool = True,
 ) -> callable:
     """Forward + backward of the depth mixer alone; sublayer l is the stand-in ``v = h * c_l``."""
     mixer = build_mixer(cfg, fused=fused).to(device)
+    if isinstance(mixer, AttnRes):
+        mixer.gather = gather
     scales = torch.linspace(0.5, 1.5, cfg.n_sublayers, device=device)
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype, requires_grad=True)
 
@@ -264,10 +275,13 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
             model = compile_model(model, fuse_depth=fused)
         elif isinstance(model.depth, AttnRes):
             model.depth.fused = fused
+        if isinstance(model.depth, AttnRes):
+            model.depth.gather = SCATTER not in name
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         runners.append(Runner(name, model, opt, tokens, autocast))
         dtype = torch.bfloat16 if autocast else torch.float32
-        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=EAGER not in name))
+        native, gather = EAGER not in name, SCATTER not in name
+        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=native, gather=gather))
     for runner, depth in zip(runners, depth_runs):
         for _ in range(args.warmup):
             runner.step()

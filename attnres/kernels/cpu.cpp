@@ -293,6 +293,69 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
   });
 }
 
+// Full AttnRes: a slot's share of its readers' backward, formed when the slot's own backward runs (every reader's
+// has). Reader q's output got the gradient g_q (N, D), with <out_q, g_q> = c_q (N) and softmax weight w_q (N) on this
+// slot; adds w_q (<x, g_q> - c_q) to the reader's logit-gradient row and returns dx = sum_q w_q g_q (N, D), summed in
+// the readers' order. Each token's slot row and gradient row stay in L1 while every reader's row is read once: a
+// third of the traffic of adding each reader's share into a slot-gradient buffer as it comes (slot_backward).
+torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
+                              const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& dots_out,
+                              std::vector<torch::Tensor> logit_grads) {
+  check(x, "x", 2);
+  const int64_t n = x.size(0), d = x.size(1), readers = static_cast<int64_t>(grads.size());
+  TORCH_CHECK(x.is_contiguous() && readers >= 1 && static_cast<int64_t>(weights.size()) == readers &&
+                  static_cast<int64_t>(dots_out.size()) == readers &&
+                  static_cast<int64_t>(logit_grads.size()) == readers,
+              "gather_backward: a contiguous slot and one gradient, weight row, dot and logit row per reader");
+  std::vector<const float*> G, W, C;
+  std::vector<float*> LG;
+  for (int64_t q = 0; q < readers; ++q) {
+    check(grads[q], "grad", 2), check(weights[q], "weights", 1), check(dots_out[q], "dots_out", 1);
+    check(logit_grads[q], "logit_grad", 1);
+    TORCH_CHECK(grads[q].is_contiguous() && grads[q].size(0) == n && grads[q].size(1) == d &&
+                    weights[q].size(0) == n && dots_out[q].size(0) == n && logit_grads[q].size(0) == n,
+                "gather_backward: reader rows must match the slot");
+    G.push_back(grads[q].data_ptr<float>()), W.push_back(weights[q].data_ptr<float>());
+    C.push_back(dots_out[q].data_ptr<float>()), LG.push_back(logit_grads[q].data_ptr<float>());
+  }
+  torch::Tensor dx = torch::empty_like(x);
+  const float* X = x.data_ptr<float>();
+  float* DX = dx.data_ptr<float>();
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* xt = X + t * d;
+      float* dxt = DX + t * d;
+      for (int64_t q = 0; q < readers; ++q) {
+        const float* gt = G[q] + t * d;
+        const float w = W[q][t];
+        LG[q][t] += w * (dot(xt, gt, d) - C[q][t]);
+        if (q == 0) {
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) dxt[i] = w * gt[i];
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) dxt[i] += w * gt[i];
+        }
+      }
+    }
+  });
+  return dx;
+}
+
+// <a_t, b_t> for each row t of a, b (N, D): a query's <out, g> for gather_backward.
+torch::Tensor row_dots(const torch::Tensor& a, const torch::Tensor& b) {
+  check(a, "a", 2), check(b, "b", 2);
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && a.sizes() == b.sizes(), "row_dots: two contiguous (N, D)");
+  const int64_t n = a.size(0), d = a.size(1);
+  torch::Tensor out = torch::empty({n}, a.options());
+  const float *A = a.data_ptr<float>(), *B = b.data_ptr<float>();
+  float* O = out.data_ptr<float>();
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) O[t] = dot(A + t * d, B + t * d, d);
+  });
+  return out;
+}
+
 // RMSNorm's backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps) (the forward is torch's, which also returns r):
 // g, x (N, D), r (N), w (D) -> dx = r * (g w - x * r^2 * mean(g w x)) (N, D) and dw = sum over tokens of g x r (D).
 // Autograd differentiates torch's composite forward op by op, about ten passes over (N, D) tensors; this is one pass
@@ -338,4 +401,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("merge_forward", &merge_forward, "phase-2 merge, forward (CPU, fp32)");
   m.def("merge_backward", &merge_backward, "phase-2 merge, backward (CPU, fp32)");
   m.def("rms_norm_backward", &rms_norm_backward, "RMSNorm, backward (CPU, fp32)");
+  m.def("gather_backward", &gather_backward, "Full AttnRes: a slot's share of its readers' backward (CPU, fp32)");
+  m.def("row_dots", &row_dots, "row-wise dot products (CPU, fp32)");
 }

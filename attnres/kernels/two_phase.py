@@ -19,6 +19,15 @@ weights, per-token scalars and each merge's partial sum, and recompute the rest 
   backward also does that query's share of phase 1's backward, so phase 1's backward only handles the
   block's first sublayer.
 
+Who forms a slot's gradient. With merges (Block AttnRes, blocks of several sublayers) each reader adds its share
+into a gradient buffer of every slot it read, as its backward runs (``Buffers.value_grad``). With one sublayer per
+block (Full AttnRes) a reader only keeps its output's gradient ``g_q`` and ``<out_q, g_q>``, and each slot's
+:class:`Deposit` backward gathers the shares of all its readers at once (``Buffers.gather``, :func:`_gather`):
+every reader's gradient is read once per slot, where adding into the buffers read and wrote every slot's row once
+per reader, three times the traffic (Full's phase-1 backward was its largest cost on CPU). It also allocates no
+(M, B, T, D) buffer at the start of backward; the kept gradients, one per query, accumulate while the
+activations are freed.
+
 Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous: values (M, B, T, D),
 logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
 element-wise ops beats a batched matmul of tiny matrices on CPU and keeps the memory traffic minimal.
@@ -46,11 +55,19 @@ from attnres.kernels import fused as fused_kernels
 class Buffers:
     """The per-forward depth state: values, logits, 1/rms of every slot, and their gradients."""
 
-    def __init__(self, like: Tensor, slots: int, queries: int, eps: float, fused: bool = False) -> None:
+    def __init__(
+        self, like: Tensor, slots: int, queries: int, eps: float, fused: bool = False, gather: bool = False
+    ) -> None:
         b, t, d = like.shape
         dtype = torch.promote_types(like.dtype, torch.float32)
         self.eps = eps
         self.fused = fused  # phase 1 and the merge through attnres.kernels.fused (torch.compile)
+        # Full AttnRes (one query per block, no merges): a reader keeps its output's gradient and a slot's backward
+        # gathers every reader's share (Deposit, gather_backward), instead of each reader adding its share into a
+        # gradient buffer of every slot it read
+        self.gather = gather
+        # gather: query -> (its output's gradient (N, D), <out, gradient> (N), its softmax weights (k, N))
+        self.pending: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
@@ -59,16 +76,18 @@ class Buffers:
         self.logit_grad: Tensor | None = None
         self._unwritten: set[int] = set()  # slots whose value gradient holds no value yet
 
-    def grads(self) -> tuple[Tensor, Tensor]:
+    def grads(self) -> tuple[Tensor | None, Tensor]:
         """Gradient accumulators, allocated on first use in backward (never in an inference forward).
 
         The value gradient is not zero-filled: the first reader to run backward writes each slot (usually
-        the final aggregation, which reads them all), later ones add; see :meth:`add_value_grads`.
+        the final aggregation, which reads them all), later ones add; see :meth:`add_value_grads`. With
+        ``gather`` there is none: each slot's gradient is formed by its own backward.
         """
-        if self.value_grad is None:
-            self.value_grad = torch.empty_like(self.values)
+        if self.logit_grad is None:
             self.logit_grad = torch.zeros_like(self.logits)
-            self._unwritten = set(range(self.values.shape[0]))
+            if not self.gather:
+                self.value_grad = torch.empty_like(self.values)
+                self._unwritten = set(range(self.values.shape[0]))
         return self.value_grad, self.logit_grad
 
     def add_value_grads(self, grad: Tensor, coef: Tensor) -> None:
@@ -184,10 +203,11 @@ class Deposit(Function):
     def backward(ctx: Any, _token_grad: Tensor) -> tuple[Tensor | None, ...]:
         bufs, slot, first = ctx.bufs, ctx.slot, ctx.first
         (u,) = ctx.saved_tensors
-        if bufs.value_grad is None:  # no reader needed a gradient
+        if bufs.logit_grad is None:  # no reader needed a gradient
             return None, None, None, None, None, None
         with _no_autocast(u):
             x = bufs.values[slot]  # (B, T, D)
+            gathered = _gather(bufs, slot, first) if bufs.gather else None
             r = bufs.inv_rms[slot]  # (B, T)
             uq = u[first:].to(x.dtype)
             dzr = bufs.logit_grad[slot, first:] * r  # (Q - first, B, T)
@@ -195,7 +215,7 @@ class Deposit(Function):
             coef = (dzr * bufs.logits[slot, first:]).sum(0).mul_(r).div_(-x.shape[-1])  # (B, T)
             flat = dzr.reshape(dzr.shape[0], -1)  # (Q - first, B*T)
             # the readers' gradient + r dz @ U, formed in the slot's gradient buffer (every reader is done)
-            dx = bufs.value_grad_of(slot)
+            dx = gathered if bufs.gather else bufs.value_grad_of(slot)
             if dx is None:
                 dx = (flat.T @ uq).view_as(x)
             else:
@@ -211,6 +231,7 @@ class Phase1(Function):
 
     Only the block's first sublayer sends a gradient back through its output: each later query's share
     of the slots' gradients is computed by its :class:`Merge`, where that query's gradient is at hand.
+    With ``Buffers.gather`` (one query) the backward keeps that gradient for the slots to gather.
     """
 
     @staticmethod
@@ -233,7 +254,8 @@ class Phase1(Function):
                 # one allocation per query: a sublayer's norm saves its input, which must not pin the others
                 outs = [_weighted_sum(w, bufs.values, torch.empty_like(bufs.values[0])) for w in weights]
         ctx.bufs, ctx.k, ctx.q0 = bufs, k, q0
-        ctx.save_for_backward(weights)
+        # gather: the query's output too, for <out, grad> (its sublayer's norm keeps it until then anyway)
+        ctx.save_for_backward(weights, *(outs if bufs.gather else ()))
         # a merge differentiates its lse and its out itself (in _slot_grads), so only out[0] sends a gradient
         ctx.mark_non_differentiable(lse, weights)
         ctx.set_materialize_grads(False)  # the outputs that get no gradient arrive as None, not as zeros
@@ -242,8 +264,16 @@ class Phase1(Function):
     @staticmethod
     def backward(ctx: Any, _dlse: None, _dweights: None, *douts: Tensor | None) -> tuple[None, ...]:
         bufs, k, q0 = ctx.bufs, ctx.k, ctx.q0
-        (weights,) = ctx.saved_tensors
+        weights, *outs = ctx.saved_tensors
         bufs.grads()
+        if bufs.gather:  # one query: keep its gradient for the slots' backward to gather (_gather)
+            if douts[0] is not None:
+                with _no_autocast(weights):
+                    grad = douts[0].to(weights.dtype).flatten(0, 1).contiguous()  # (N, D)
+                    out = outs[0].to(weights.dtype).flatten(0, 1).contiguous()
+                    dot_out = cpu_kernels.ops().row_dots(out, grad) if _native(bufs, grad) else (out * grad).sum(-1)
+                    bufs.pending[q0] = (grad, dot_out, weights[0].flatten(1))
+            return (None,) * len(ctx.needs_input_grad)
         present = [s for s, dout in enumerate(douts) if dout is not None]
         with _no_autocast(weights):
             if present and _fused(bufs):
@@ -270,6 +300,31 @@ class Phase1(Function):
                     dots = _dots(bufs.values, k, douts[s])  # (k, B, T): <v_j, dout>
                     _slot_grads(bufs, q0 + s, weights[s], douts[s], dots, (weights[s] * dots).sum(0), 1.0, None)
         return (None,) * len(ctx.needs_input_grad)
+
+
+def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
+    """Full AttnRes: the gradient of ``slot``'s value from every reader that kept its gradient (Phase1's backward),
+    in descending query order, and each reader's softmax backward added to the slot's logit gradients; None when no
+    reader sent one. A reader q's share is ``w_qj g_q``, and its logit's gradient ``w_qj (<v_j, g_q> - <out_q, g_q>)``.
+    """
+    readers = [q for q in range(bufs.logits.shape[1] - 1, first - 1, -1) if q in bufs.pending]
+    if not readers:
+        return None
+    x = bufs.values[slot].flatten(0, 1)  # (N, D)
+    grads = [bufs.pending[q][0] for q in readers]
+    dots_out = [bufs.pending[q][1] for q in readers]
+    weights = [bufs.pending[q][2][slot] for q in readers]  # (N,) each
+    logit_grads = [bufs.logit_grad[slot, q].view(-1) for q in readers]
+    if _native(bufs, x):
+        dx = cpu_kernels.ops().gather_backward(x, grads, weights, dots_out, logit_grads)
+    else:
+        dx = None
+        for grad, c, w, lg in zip(grads, dots_out, weights, logit_grads):
+            lg.add_(((x * grad).sum(-1) - c).mul_(w))
+            dx = grad * w.unsqueeze(-1) if dx is None else dx.addcmul_(grad, w.unsqueeze(-1))
+    if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
+        bufs.pending.clear()
+    return dx.view_as(bufs.values[slot])
 
 
 def _fused(bufs: Buffers) -> bool:

@@ -75,11 +75,21 @@ class AttnRes(_AttnResBase):
     def __init__(self, cfg: ModelConfig, fused: bool = False) -> None:
         super().__init__(cfg)
         self.fused = fused
+        # one sublayer per block: the slots gather their readers' gradients (False: the readers scatter them, as
+        # with merges; benchmarks/bench_step.py's -scatter variants compare the two)
+        self.gather = True
 
     def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
         state = DepthState(embedding, recorder)
         state.bufs = Buffers(
-            embedding, slots=len(self.starts) + 1, queries=self.n_sublayers + 1, eps=self.eps, fused=self.fused
+            embedding,
+            slots=len(self.starts) + 1,
+            queries=self.n_sublayers + 1,
+            eps=self.eps,
+            fused=self.fused,
+            # one sublayer per block (Full AttnRes, or Block with N = L): no merges, and the slots gather their
+            # readers' gradients in their own backward (attnres.kernels.two_phase.Buffers)
+            gather=self.gather and len(self.starts) == self.n_sublayers and not self.fused,
         )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
         state.tokens = [Deposit.apply(None, embedding, state.u, state.bufs, 0, 0)]

@@ -256,8 +256,9 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
     expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
     assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
-    native = {"deposit_forward", "phase1_forward", "slot_backward", "rms_norm_backward"}
-    native |= {"merge_forward", "merge_backward"} if merges else set()
+    # one sublayer per block (Full): the slots gather their readers' gradients; else readers scatter (slot_backward)
+    native = {"deposit_forward", "phase1_forward", "rms_norm_backward"}
+    native |= {"slot_backward", "merge_forward", "merge_backward"} if merges else {"gather_backward", "row_dots"}
     assert native_calls == (native if path == "native" else set())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
@@ -296,6 +297,35 @@ def test_gradients_from_an_inner_sublayer_match_the_reference(layer, path, path_
         inputs, _ = capture(model, x)
         (inputs[layer] * probe).sum().backward()
     assert ("merge_backward" in native_calls) == (path == "native")  # block 0 merges: every layer here reads it
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+
+
+@pytest.mark.parametrize("gather", [True, False], ids=["gather", "scatter"])
+@pytest.mark.parametrize("layer", [0, 1, 5, None], ids=["layer0", "layer1", "layer5", "logits"])
+@PATHS
+def test_full_attnres_gathers_the_slots_gradients_from_an_inner_sublayer(layer, gather, path, path_calls):
+    """Full AttnRes's slots gather their readers' gradients in their own backward (Buffers.gather): with a loss on
+    sublayer ``layer``'s input, only the queries up to it keep a gradient, the later slots get none, and the
+    embedding's slot (0) gathers last. Against the reference, fp64 (eager) or fp32 (native); and the readers
+    scattering them (``AttnRes.gather = False``, what Block AttnRes does) against the same reference."""
+    fused, _, native_calls = path_calls
+    fp32, fp64 = (torch.float32, {"rtol": 1e-4, "atol": 1e-5}), (torch.float64, {"rtol": 1e-10, "atol": 1e-12})
+    dtype, tol = fp32 if path == "native" else fp64
+    torch.manual_seed(0)
+    cfg = small("full")
+    fast, ref = fast_and_reference(cfg, fused, dtype=dtype)
+    fast.depth.gather = gather
+    x = tokens(cfg)
+    probe = torch.randn(3, cfg.seq_len, cfg.d_model, dtype=dtype)
+    for model in (fast, ref):
+        inputs, _ = capture(model, x)
+        loss = model(x).square().mean() if layer is None else (inputs[layer] * probe).sum()
+        loss.backward()
+    assert ("gather_backward" in native_calls) == (path == "native" and gather)
+    assert ("slot_backward" in native_calls) == (path == "native" and not gather)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None:
