@@ -19,14 +19,14 @@ weights, per-token scalars and each merge's partial sum, and recompute the rest 
   backward also does that query's share of phase 1's backward, so phase 1's backward only handles the
   block's first sublayer.
 
-Who forms a slot's gradient. With merges (Block AttnRes, blocks of several sublayers) each reader adds its share
-into a gradient buffer of every slot it read, as its backward runs (``Buffers.value_grad``). With one sublayer per
-block (Full AttnRes) a reader only keeps its output's gradient ``g_q`` and ``<out_q, g_q>``, and each slot's
-:class:`Deposit` backward gathers the shares of all its readers at once (``Buffers.gather``, :func:`_gather`):
-every reader's gradient is read once per slot, where adding into the buffers read and wrote every slot's row once
-per reader, three times the traffic (Full's phase-1 backward was its largest cost on CPU). It also allocates no
-(M, B, T, D) buffer at the start of backward; the kept gradients, one per query, accumulate while the
-activations are freed.
+Who forms a slot's gradient (``Buffers.gather``, on unless the fused kernels run). A reader (a block's first query
+in :class:`Phase1`'s backward, a merge in its own) keeps its gradient and two per-token scalars, and each slot's
+:class:`Deposit` backward gathers the shares of all its readers at once (:func:`_gather`): every reader's gradient
+is read once per slot, where adding each reader's share into a gradient buffer of every slot it read (the scatter,
+``Buffers.value_grad``, which the fused kernels and ``AttnRes.gather = False`` use) read and wrote every slot's row
+once per reader. Above all it allocates no (M, B, T, D) buffer when backward starts: the kept gradients, one per
+query, accumulate while the activations are freed (at 256 x 8, peak memory 1.158 -> 1.089 of the baseline's for
+Full AttnRes, 1.115 -> 1.086 for Block N = 8; docs/performance.md).
 
 Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous: values (M, B, T, D),
 logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
@@ -254,8 +254,9 @@ class Phase1(Function):
                 # one allocation per query: a sublayer's norm saves its input, which must not pin the others
                 outs = [_weighted_sum(w, bufs.values, torch.empty_like(bufs.values[0])) for w in weights]
         ctx.bufs, ctx.k, ctx.q0 = bufs, k, q0
-        # gather: the query's output too, for <out, grad> (its sublayer's norm keeps it until then anyway)
-        ctx.save_for_backward(weights, *(outs if bufs.gather else ()))
+        # gather: the first query's output too, for <out, grad> (its sublayer's norm keeps it until then anyway;
+        # the later queries' outputs go to their merges, which differentiate them)
+        ctx.save_for_backward(weights, *(outs[:1] if bufs.gather else ()))
         # a merge differentiates its lse and its out itself (in _slot_grads), so only out[0] sends a gradient
         ctx.mark_non_differentiable(lse, weights)
         ctx.set_materialize_grads(False)  # the outputs that get no gradient arrive as None, not as zeros
@@ -266,13 +267,15 @@ class Phase1(Function):
         bufs, k, q0 = ctx.bufs, ctx.k, ctx.q0
         weights, *outs = ctx.saved_tensors
         bufs.grads()
-        if bufs.gather:  # one query: keep its gradient for the slots' backward to gather (_gather)
+        if bufs.gather:  # keep the first query's gradient for the slots' backward to gather (_gather)
+            if any(dout is not None for dout in douts[1:]):
+                raise RuntimeError("Phase1: a later query's output got a gradient; its merge differentiates it")
             if douts[0] is not None:
                 with _no_autocast(weights):
                     grad = douts[0].to(weights.dtype).flatten(0, 1).contiguous()  # (N, D)
                     out = outs[0].to(weights.dtype).flatten(0, 1).contiguous()
                     dot_out = cpu_kernels.ops().row_dots(out, grad) if _native(bufs, grad) else (out * grad).sum(-1)
-                    bufs.pending[q0] = (grad, dot_out, weights[0].flatten(1))
+                    bufs.pending[q0] = (grad, None, dot_out, weights[0].flatten(1))
             return (None,) * len(ctx.needs_input_grad)
         present = [s for s, dout in enumerate(douts) if dout is not None]
         with _no_autocast(weights):
@@ -303,25 +306,29 @@ class Phase1(Function):
 
 
 def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
-    """Full AttnRes: the gradient of ``slot``'s value from every reader that kept its gradient (Phase1's backward),
-    in descending query order, and each reader's softmax backward added to the slot's logit gradients; None when no
-    reader sent one. A reader q's share is ``w_qj g_q``, and its logit's gradient ``w_qj (<v_j, g_q> - <out_q, g_q>)``.
+    """The gradient of ``slot``'s value from every reader that kept its gradient (a block's first query in Phase1's
+    backward, a merge in its own), in descending query order, and each reader's softmax backward added to the slot's
+    logit gradients; None when no reader sent one. A reader q whose phase-1 output got ``s_q g_q`` (``s_q`` a merge's
+    keep, else 1) adds ``w_qj s_q g_q`` to the slot's gradient and ``w_qj (s_q <v_j, g_q> - c_q)`` to its logit's, with
+    ``c_q = s_q <out_q, g_q> - dscore_q`` (a merge's log-sum-exp gradient; none for a first query).
     """
     readers = [q for q in range(bufs.logits.shape[1] - 1, first - 1, -1) if q in bufs.pending]
     if not readers:
         return None
     x = bufs.values[slot].flatten(0, 1)  # (N, D)
-    grads = [bufs.pending[q][0] for q in readers]
-    dots_out = [bufs.pending[q][1] for q in readers]
-    weights = [bufs.pending[q][2][slot] for q in readers]  # (N,) each
+    grads, scales, dots_out, weights = (list(kept) for kept in zip(*(bufs.pending[q] for q in readers)))
+    weights = [w[slot] for w in weights]  # (N,) each
     logit_grads = [bufs.logit_grad[slot, q].view(-1) for q in readers]
     if _native(bufs, x):
-        dx = cpu_kernels.ops().gather_backward(x, grads, weights, dots_out, logit_grads)
+        scales = [x.new_empty(0) if scale is None else scale for scale in scales]
+        dx = cpu_kernels.ops().gather_backward(x, grads, scales, weights, dots_out, logit_grads)
     else:
         dx = None
-        for grad, c, w, lg in zip(grads, dots_out, weights, logit_grads):
-            lg.add_(((x * grad).sum(-1) - c).mul_(w))
-            dx = grad * w.unsqueeze(-1) if dx is None else dx.addcmul_(grad, w.unsqueeze(-1))
+        for grad, scale, c, w, lg in zip(grads, scales, dots_out, weights, logit_grads):
+            dots = (x * grad).sum(-1)
+            ws = w if scale is None else w * scale
+            lg.add_((dots if scale is None else dots * scale).sub_(c).mul_(w))
+            dx = grad * ws.unsqueeze(-1) if dx is None else dx.addcmul_(grad, ws.unsqueeze(-1))
     if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
         bufs.pending.clear()
     return dx.view_as(bufs.values[slot])
@@ -369,11 +376,11 @@ class Merge(Function):
     and returns that for ``prev`` and ``last`` alike.
 
     The backward also does this query's share of phase 1's backward (:func:`_slot_grads`, with ``dout = keep
-    dh``), so the gradient of ``out`` is never materialised and ``out`` need not be kept: ``<dh, out>`` comes
-    from the dot products with the slots that phase 1's backward needs anyway. It saves the partial sum ``p``,
-    one (B, T, D) tensor per merge (Block N = 4: about 5 % of the baseline's peak memory). Rebuilding
-    ``p`` from ``h`` and a recomputed ``out`` instead costs k + 5 more passes over (B, T, D) tensors per merge:
-    saving it took Block N = 4's depth mixing from 33.1 to 29.7 ms (``benchmarks/bench_step.py``, depth only).
+    dh``; or, with ``Buffers.gather``, keeps ``dh`` for the slots to gather it), so the gradient of ``out`` is never
+    materialised and ``out`` need not be kept: ``<dh, out>`` comes from the dot products with the slots. It saves
+    the partial sum ``p``, one (B, T, D) tensor per merge (Block N = 4: about 5 % of the baseline's peak memory).
+    Rebuilding ``p`` from ``h`` and a recomputed ``out`` instead costs k + 5 more passes over (B, T, D) tensors per
+    merge: saving it took Block N = 4's depth mixing from 33.1 to 29.7 ms (``benchmarks/bench_step.py``, depth only).
     """
 
     @staticmethod
@@ -441,19 +448,24 @@ class Merge(Function):
             dp_later = dp_later.to(weights.dtype)  # what p's later readers (a merge, the deposit) sent back
             k = weights.shape[0]
             if _native(bufs, dh):
-                dp, du = cpu_kernels.ops().merge_backward(
-                    dh.flatten(0, 1).contiguous(),
+                gather = bufs.gather
+                flat_dh = dh.flatten(0, 1).contiguous()
+                dp, du, c = cpu_kernels.ops().merge_backward(
+                    flat_dh,
                     pf.flatten(0, 1).contiguous(),
                     dp_later.flatten(0, 1).contiguous(),
                     uf.contiguous(),
                     weights.flatten(1),
                     bufs.values[:k].flatten(1, 2),
-                    bufs.written_value_grad(k).flatten(1, 2),
+                    dh.new_empty(0) if gather else bufs.written_value_grad(k).flatten(1, 2),
                     r.flatten(),
                     logit.flatten(),
                     keep.flatten(),
-                    bufs.logit_grad[:k, ctx.query].flatten(1),
+                    dh.new_empty(0) if gather else bufs.logit_grad[:k, ctx.query].flatten(1),
+                    not gather,
                 )
+                if gather:  # the slots gather this query's share later (_gather): keep what they need
+                    bufs.pending[ctx.query] = (flat_dh, keep.flatten(), c, weights.flatten(1))
                 dp = dp.view_as(pf)
             elif _fused(bufs):
                 dlogits, dp, du = fused_kernels.fused_merge_backward(
@@ -477,7 +489,11 @@ class Merge(Function):
                 dot_out = (weights * dots).sum(0)  # (B, T)
                 dp = torch.mul(dh, pf)  # (B, T, D) scratch for <dh, p>, then reused for dp: one buffer, not two
                 dscore = (dot_out - dp.sum(-1)).mul_(keep * rest)  # (B, T)
-                _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore)  # out's gradient: keep * dh
+                if bufs.gather:  # the slots gather this query's share later (_gather): keep what they need
+                    c = (keep * dot_out - dscore).flatten()
+                    bufs.pending[ctx.query] = (dh.flatten(0, 1).contiguous(), keep.flatten(), c, weights.flatten(1))
+                else:
+                    _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore)  # out's gradient: keep dh
                 # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
                 # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p
                 a = -dscore * r

@@ -75,8 +75,8 @@ class AttnRes(_AttnResBase):
     def __init__(self, cfg: ModelConfig, fused: bool = False) -> None:
         super().__init__(cfg)
         self.fused = fused
-        # one sublayer per block: the slots gather their readers' gradients (False: the readers scatter them, as
-        # with merges; benchmarks/bench_step.py's -scatter variants compare the two)
+        # the slots gather their readers' gradients (False: the readers scatter them into the slots' gradient
+        # buffers; benchmarks/bench_step.py's -scatter variants compare the two; the fused kernels always scatter)
         self.gather = True
 
     def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
@@ -87,9 +87,8 @@ class AttnRes(_AttnResBase):
             queries=self.n_sublayers + 1,
             eps=self.eps,
             fused=self.fused,
-            # one sublayer per block (Full AttnRes, or Block with N = L): no merges, and the slots gather their
-            # readers' gradients in their own backward (attnres.kernels.two_phase.Buffers)
-            gather=self.gather and len(self.starts) == self.n_sublayers and not self.fused,
+            # the slots gather their readers' gradients in their own backward (attnres.kernels.two_phase.Buffers)
+            gather=self.gather and not self.fused,
         )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
         state.tokens = [Deposit.apply(None, embedding, state.u, state.bufs, 0, 0)]
