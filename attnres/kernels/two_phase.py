@@ -62,12 +62,11 @@ class Buffers:
         dtype = torch.promote_types(like.dtype, torch.float32)
         self.eps = eps
         self.fused = fused  # phase 1 and the merge through attnres.kernels.fused (torch.compile)
-        # Full AttnRes (one query per block, no merges): a reader keeps its output's gradient and a slot's backward
-        # gathers every reader's share (Deposit, gather_backward), instead of each reader adding its share into a
-        # gradient buffer of every slot it read
+        # a reader keeps its gradient and a slot's backward gathers every reader's share (Deposit, _gather), instead
+        # of each reader adding its share into a gradient buffer of every slot it read (the module docstring)
         self.gather = gather
-        # gather: query -> (its output's gradient (N, D), <out, gradient> (N), its softmax weights (k, N))
-        self.pending: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+        # gather: query -> (its gradient g (N, D), its scale s (N) or None for 1, c (N), its softmax weights (k, N))
+        self.pending: dict[int, tuple[Tensor, Tensor | None, Tensor, Tensor]] = {}
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
@@ -231,7 +230,7 @@ class Phase1(Function):
 
     Only the block's first sublayer sends a gradient back through its output: each later query's share
     of the slots' gradients is computed by its :class:`Merge`, where that query's gradient is at hand.
-    With ``Buffers.gather`` (one query) the backward keeps that gradient for the slots to gather.
+    With ``Buffers.gather`` the backward keeps that gradient (and ``<out, grad>``) for the slots to gather.
     """
 
     @staticmethod
