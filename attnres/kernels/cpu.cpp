@@ -101,10 +101,9 @@ std::vector<torch::Tensor> merge_forward(const torch::Tensor& out, const torch::
 }
 
 // dh, p, dp_later (N, D), u (D), weights (k, N), values and value_grad (k, N, D) slot rows, r, logit, keep (N),
-// logit_grad (k, N) rows of this query. With scatter: adds keep * weights[j] * dh to value_grad[j] and the softmax's
-// backward to logit_grad. Without (the slots gather, gather_backward; value_grad and logit_grad are not read): returns
-// the reader's c = keep <out, dh> - dscore (N) for the gather instead. Returns dp (N, D) (including dp_later), du (D)
-// and c (empty with scatter).
+// logit_grad (k, N) rows of this query. Adds the softmax's backward to logit_grad and, with scatter, keep * weights[j]
+// * dh to value_grad[j] (without: the slots gather that later, gather_backward; value_grad is not read). Returns dp
+// (N, D) (including dp_later) and du (D).
 std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::Tensor& p,
                                           const torch::Tensor& dp_later, const torch::Tensor& u,
                                           const torch::Tensor& weights, const torch::Tensor& values,
@@ -112,26 +111,25 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
                                           const torch::Tensor& keep, torch::Tensor logit_grad, bool scatter) {
   check(dh, "dh", 2), check(p, "p", 2), check(dp_later, "dp_later", 2), check(u, "u", 1);
   check(weights, "weights", 2), check(values, "values", 3);
-  check(r, "r", 1), check(logit, "logit", 1), check(keep, "keep", 1);
+  check(r, "r", 1), check(logit, "logit", 1), check(keep, "keep", 1), check(logit_grad, "logit_grad", 2);
   const int64_t n = dh.size(0), d = dh.size(1), k = weights.size(0);
   TORCH_CHECK(dh.is_contiguous() && p.is_contiguous() && dp_later.is_contiguous(), "merge_backward: contiguous rows");
-  TORCH_CHECK(values.stride(1) == d && weights.stride(1) == 1, "merge_backward: slot rows must be contiguous");
+  TORCH_CHECK(values.stride(1) == d && weights.stride(1) == 1 && logit_grad.stride(1) == 1,
+              "merge_backward: slot rows must be contiguous");
   if (scatter) {
-    check(value_grad, "value_grad", 3), check(logit_grad, "logit_grad", 2);
-    TORCH_CHECK(value_grad.stride(1) == d && logit_grad.stride(1) == 1, "merge_backward: slot rows must be contiguous");
+    check(value_grad, "value_grad", 3);
+    TORCH_CHECK(value_grad.stride(1) == d, "merge_backward: slot rows must be contiguous");
   }
   TORCH_CHECK(k <= 64, "merge_backward: at most 64 slots");
   torch::Tensor dp = torch::empty_like(dh);
   torch::Tensor du = torch::zeros({d}, dh.options()), a_of = torch::empty({n}, dh.options());
-  torch::Tensor c_of = scatter ? torch::empty({0}, dh.options()) : torch::empty({n}, dh.options());
   const float *DH = dh.data_ptr<float>(), *P = p.data_ptr<float>(), *DL = dp_later.data_ptr<float>();
   const float *U = u.data_ptr<float>(), *W = weights.data_ptr<float>(), *V = values.data_ptr<float>();
   const float *R = r.data_ptr<float>(), *G = logit.data_ptr<float>(), *K = keep.data_ptr<float>();
-  float *VG = scatter ? value_grad.data_ptr<float>() : nullptr, *LG = scatter ? logit_grad.data_ptr<float>() : nullptr;
+  float *VG = scatter ? value_grad.data_ptr<float>() : nullptr, *LG = logit_grad.data_ptr<float>();
   float *DP = dp.data_ptr<float>(), *DU = du.data_ptr<float>(), *A = a_of.data_ptr<float>();
-  float* C = scatter ? nullptr : c_of.data_ptr<float>();
-  const int64_t ws = weights.stride(0), vs = values.stride(0);
-  const int64_t gs = scatter ? value_grad.stride(0) : 0, ls = scatter ? logit_grad.stride(0) : 0;
+  const int64_t ws = weights.stride(0), vs = values.stride(0), ls = logit_grad.stride(0);
+  const int64_t gs = scatter ? value_grad.stride(0) : 0;
   const float inv_d = 1.f / static_cast<float>(d);
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     float dots[64];
@@ -141,16 +139,14 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
       const float dot_out = slot_dots(V, vs, W, ws, k, t, d, dht, dots);  // <dh, out>
       const float kp = K[t], rest = 1.f - kp, rt = R[t];
       const float dscore = (dot_out - dhp) * kp * rest;
-      if (scatter) {
-        for (int64_t j = 0; j < k; ++j) {
-          const float wj = W[j * ws + t], coef = kp * wj;
-          LG[j * ls + t] += wj * ((dots[j] - dot_out) * kp + dscore);
+      for (int64_t j = 0; j < k; ++j) {
+        const float wj = W[j * ws + t], coef = kp * wj;
+        LG[j * ls + t] += wj * ((dots[j] - dot_out) * kp + dscore);
+        if (scatter) {
           float* gt = VG + j * gs + t * d;
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) gt[i] += coef * dht[i];
         }
-      } else {
-        C[t] = kp * dot_out - dscore;
       }
       const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
       A[t] = a;
@@ -171,7 +167,7 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
       for (int64_t i = c0; i < c1; ++i) DU[i] += a * pt[i];
     }
   });
-  return {dp, du, c_of};
+  return {dp, du};
 }
 
 // Phase 1 (k >= 2 completed slots, S queries): scores (S, k, N) (any strides), values (k, N, D) slot rows ->
@@ -306,10 +302,10 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 }
 
 // A slot's share of its readers' backward, formed when the slot's own backward runs (every reader's has). Reader q's
-// output got the gradient s_q g_q, g_q (N, D) with scale s_q (N) (a merge's keep; empty: 1), and c_q (N) is
-// s_q <out_q, g_q> less the gradient of its log-sum-exp; its softmax weight on this slot is w_q (N). Adds
-// w_q (s_q <x, g_q> - c_q) to the reader's logit-gradient row and returns dx = sum_q w_q s_q g_q (N, D), summed in the
-// readers' order. Each token's slot row and gradient row stay in L1 while every reader's row is read once: a third of
+// output got the gradient s_q g_q, g_q (N, D) with scale s_q (N) (a merge's keep; empty: 1); its softmax weight on
+// this slot is w_q (N). Returns dx = sum_q w_q s_q g_q (N, D), summed in the readers' order. A reader that left its
+// logits' gradient to the slot (a block's first query) gives c_q = <out_q, g_q> (N): this adds w_q (<x, g_q> - c_q)
+// to its logit-gradient row; a merge, which forms its logits' gradient itself, gives an empty c_q. Each token's slot row and gradient row stay in L1 while every reader's row is read once: a third of
 // the traffic of adding each reader's share into a slot-gradient buffer as it comes (slot_backward, merge_backward).
 torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
                               const std::vector<torch::Tensor>& scales, const std::vector<torch::Tensor>& weights,
@@ -324,7 +320,8 @@ torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::T
   std::vector<const float*> G, S, W, C;
   std::vector<float*> LG;
   for (int64_t q = 0; q < readers; ++q) {
-    check(grads[q], "grad", 2), check(weights[q], "weights", 1), check(dots_out[q], "dots_out", 1);
+    check(grads[q], "grad", 2), check(weights[q], "weights", 1);
+    if (dots_out[q].numel() > 0) check(dots_out[q], "dots_out", 1);
     if (scales[q].numel() > 0) {
       check(scales[q], "scale", 1);
       TORCH_CHECK(scales[q].size(0) == n, "gather_backward: a scale per token");
@@ -332,10 +329,13 @@ torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::T
     S.push_back(scales[q].numel() > 0 ? scales[q].data_ptr<float>() : nullptr);
     check(logit_grads[q], "logit_grad", 1);
     TORCH_CHECK(grads[q].is_contiguous() && grads[q].size(0) == n && grads[q].size(1) == d &&
-                    weights[q].size(0) == n && dots_out[q].size(0) == n && logit_grads[q].size(0) == n,
+                    weights[q].size(0) == n && (dots_out[q].numel() == 0 || dots_out[q].size(0) == n) &&
+                    (dots_out[q].numel() == 0 || logit_grads[q].size(0) == n),
                 "gather_backward: reader rows must match the slot");
     G.push_back(grads[q].data_ptr<float>()), W.push_back(weights[q].data_ptr<float>());
-    C.push_back(dots_out[q].data_ptr<float>()), LG.push_back(logit_grads[q].data_ptr<float>());
+    const bool logits = dots_out[q].numel() > 0;
+    C.push_back(logits ? dots_out[q].data_ptr<float>() : nullptr);
+    LG.push_back(logits ? logit_grads[q].data_ptr<float>() : nullptr);
   }
   torch::Tensor dx = torch::empty_like(x);
   const float* X = x.data_ptr<float>();
@@ -347,7 +347,7 @@ torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::T
       for (int64_t q = 0; q < readers; ++q) {
         const float* gt = G[q] + t * d;
         const float s = S[q] ? S[q][t] : 1.f, w = W[q][t], ws = w * s;
-        LG[q][t] += w * (s * dot(xt, gt, d) - C[q][t]);
+        if (C[q]) LG[q][t] += w * (s * dot(xt, gt, d) - C[q][t]);
         if (q == 0) {
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) dxt[i] = ws * gt[i];

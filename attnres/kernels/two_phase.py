@@ -20,7 +20,7 @@ weights, per-token scalars and each merge's partial sum, and recompute the rest 
   block's first sublayer.
 
 Who forms a slot's gradient (``Buffers.gather``, on unless the fused kernels run). A reader (a block's first query
-in :class:`Phase1`'s backward, a merge in its own) keeps its gradient and two per-token scalars, and each slot's
+in :class:`Phase1`'s backward, a merge in its own) keeps its gradient and a per-token scalar, and each slot's
 :class:`Deposit` backward gathers the shares of all its readers at once (:func:`_gather`): every reader's gradient
 is read once per slot, where adding each reader's share into a gradient buffer of every slot it read (the scatter,
 ``Buffers.value_grad``, which the fused kernels and ``AttnRes.gather = False`` use) read and wrote every slot's row
@@ -65,7 +65,8 @@ class Buffers:
         # a reader keeps its gradient and a slot's backward gathers every reader's share (Deposit, _gather), instead
         # of each reader adding its share into a gradient buffer of every slot it read (the module docstring)
         self.gather = gather
-        # gather: query -> (its gradient g (N, D), its scale s (N) or None for 1, c (N), its softmax weights (k, N))
+        # gather: query -> (its gradient g (N, D), its scale s (N) or None for 1, <out, g> (N) or None when the reader
+        # formed its logits' gradient itself (a merge), its softmax weights (k, N))
         self.pending: dict[int, tuple[Tensor, Tensor | None, Tensor, Tensor]] = {}
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
@@ -306,10 +307,10 @@ class Phase1(Function):
 
 def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
     """The gradient of ``slot``'s value from every reader that kept its gradient (a block's first query in Phase1's
-    backward, a merge in its own), in descending query order, and each reader's softmax backward added to the slot's
-    logit gradients; None when no reader sent one. A reader q whose phase-1 output got ``s_q g_q`` (``s_q`` a merge's
-    keep, else 1) adds ``w_qj s_q g_q`` to the slot's gradient and ``w_qj (s_q <v_j, g_q> - c_q)`` to its logit's, with
-    ``c_q = s_q <out_q, g_q> - dscore_q`` (a merge's log-sum-exp gradient; none for a first query).
+    backward, a merge in its own), in descending query order; None when no reader sent one. A reader q whose phase-1
+    output got ``s_q g_q`` (``s_q`` a merge's keep, else 1) adds ``w_qj s_q g_q``. A block's first query also leaves
+    its softmax backward to the slots: ``w_qj (<v_j, g_q> - c_q)`` with ``c_q = <out_q, g_q>``, added to the slot's
+    logit gradient here; a merge, which has the dot products at hand, adds its own (``c_q`` None).
     """
     readers = [q for q in range(bufs.logits.shape[1] - 1, first - 1, -1) if q in bufs.pending]
     if not readers:
@@ -320,13 +321,14 @@ def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
     logit_grads = [bufs.logit_grad[slot, q].view(-1) for q in readers]
     if _native(bufs, x):
         scales = [x.new_empty(0) if scale is None else scale for scale in scales]
+        dots_out = [x.new_empty(0) if c is None else c for c in dots_out]
         dx = cpu_kernels.ops().gather_backward(x, grads, scales, weights, dots_out, logit_grads)
     else:
         dx = None
         for grad, scale, c, w, lg in zip(grads, scales, dots_out, weights, logit_grads):
-            dots = (x * grad).sum(-1)
+            if c is not None:
+                lg.add_(((x * grad).sum(-1) - c).mul_(w))
             ws = w if scale is None else w * scale
-            lg.add_((dots if scale is None else dots * scale).sub_(c).mul_(w))
             dx = grad * ws.unsqueeze(-1) if dx is None else dx.addcmul_(grad, ws.unsqueeze(-1))
     if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
         bufs.pending.clear()
@@ -351,6 +353,7 @@ def _slot_grads(
     dot_out: Tensor,
     scale: Tensor | float,
     dscore: Tensor | None,
+    gather: tuple | None = None,
 ) -> None:
     """The completed slots' share of the backward of one query (eager).
 
@@ -364,7 +367,10 @@ def _slot_grads(
     if dscore is not None:
         dlogits += dscore
     bufs.logit_grad[: weights.shape[0], query] += dlogits.mul_(weights)
-    bufs.add_value_grads(grad, weights * scale)
+    if bufs.gather:  # the slots gather the value share later (_gather), from what the reader keeps
+        bufs.pending[query] = gather
+    else:
+        bufs.add_value_grads(grad, weights * scale)
 
 
 class Merge(Function):
@@ -449,7 +455,7 @@ class Merge(Function):
             if _native(bufs, dh):
                 gather = bufs.gather
                 flat_dh = dh.flatten(0, 1).contiguous()
-                dp, du, c = cpu_kernels.ops().merge_backward(
+                dp, du = cpu_kernels.ops().merge_backward(
                     flat_dh,
                     pf.flatten(0, 1).contiguous(),
                     dp_later.flatten(0, 1).contiguous(),
@@ -460,11 +466,11 @@ class Merge(Function):
                     r.flatten(),
                     logit.flatten(),
                     keep.flatten(),
-                    dh.new_empty(0) if gather else bufs.logit_grad[:k, ctx.query].flatten(1),
+                    bufs.logit_grad[:k, ctx.query].flatten(1),
                     not gather,
                 )
-                if gather:  # the slots gather this query's share later (_gather): keep what they need
-                    bufs.pending[ctx.query] = (flat_dh, keep.flatten(), c, weights.flatten(1))
+                if gather:  # the slots gather this query's value share later (_gather): keep what they need
+                    bufs.pending[ctx.query] = (flat_dh, keep.flatten(), None, weights.flatten(1))
                 dp = dp.view_as(pf)
             elif _fused(bufs):
                 dlogits, dp, du = fused_kernels.fused_merge_backward(
@@ -488,11 +494,9 @@ class Merge(Function):
                 dot_out = (weights * dots).sum(0)  # (B, T)
                 dp = torch.mul(dh, pf)  # (B, T, D) scratch for <dh, p>, then reused for dp: one buffer, not two
                 dscore = (dot_out - dp.sum(-1)).mul_(keep * rest)  # (B, T)
-                if bufs.gather:  # the slots gather this query's share later (_gather): keep what they need
-                    c = (keep * dot_out - dscore).flatten()
-                    bufs.pending[ctx.query] = (dh.flatten(0, 1).contiguous(), keep.flatten(), c, weights.flatten(1))
-                else:
-                    _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore)  # out's gradient: keep dh
+                # out's gradient: keep * dh; with gather, the slots take their value share later (_gather)
+                gather = (dh.flatten(0, 1).contiguous(), keep.flatten(), None, weights.flatten(1))
+                _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore, gather)
                 # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
                 # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p
                 a = -dscore * r
