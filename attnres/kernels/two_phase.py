@@ -67,7 +67,7 @@ class Buffers:
         self.gather = gather
         # gather: query -> (its gradient g (N, D), its scale s (N) or None for 1, <out, g> (N) or None when the reader
         # formed its logits' gradient itself (a merge), its softmax weights (k, N))
-        self.pending: dict[int, tuple[Tensor, Tensor | None, Tensor, Tensor]] = {}
+        self.pending: dict[int, tuple[Tensor, Tensor | None, Tensor | None, Tensor]] = {}
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
