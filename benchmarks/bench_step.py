@@ -19,8 +19,8 @@ through the C++ kernels of ``attnres.kernels.cpu`` where they build (the header 
 named with ``-eager`` (``block4-eager``) runs it in torch ops instead, side by side with the others. A variant
 named with ``-ckpt`` (``block4-ckpt``) trains with ``runtime.checkpointing=sublayer``: each sublayer recomputed in
 backward; its peak memory beside the plain variant's is what activation checkpointing saves. A variant named with
-``-scatter`` (``full-scatter``) forms Full AttnRes's slot gradients as Block AttnRes does, each reader adding its
-share into every slot's gradient buffer, instead of each slot gathering its readers' (``Buffers.gather``).
+``-scatter`` (``full-scatter``, ``block8-scatter``) forms the slots' gradients as before 2026-12-06, each reader
+adding its share into every slot's gradient buffer, instead of each slot gathering its readers' (``Buffers.gather``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from attnres.variants import Variant
 
 EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
 CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
-SCATTER = "-scatter"  # variant suffix: one sublayer per block, the slots' gradients scattered by the readers
+SCATTER = "-scatter"  # variant suffix: the slots' gradients scattered by the readers (AttnRes.gather = False)
 
 
 def base_name(name: str) -> str:

@@ -495,8 +495,10 @@ class Merge(Function):
                 dp = torch.mul(dh, pf)  # (B, T, D) scratch for <dh, p>, then reused for dp: one buffer, not two
                 dscore = (dot_out - dp.sum(-1)).mul_(keep * rest)  # (B, T)
                 # out's gradient: keep * dh; with gather, the slots take their value share later (_gather)
-                gather = (dh.flatten(0, 1).contiguous(), keep.flatten(), None, weights.flatten(1))
-                _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore, gather)
+                kept = None
+                if bufs.gather:
+                    kept = (dh.flatten(0, 1).contiguous(), keep.flatten(), None, weights.flatten(1))
+                _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore, kept)
                 # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
                 # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p
                 a = -dscore * r
