@@ -124,6 +124,9 @@ class LitLM(L.LightningModule):
         self.eval_losses: dict[str, float] = {}  # data.eval_sets: each set's loss at the last evaluation
         self._last_time: float | None = None
         self.step_loss = math.nan  # mean training loss of the last complete step (over its micro-batches and ranks)
+        # the schedule's rate that step's update used (group 0's); the optimizer's own group reads the next step's
+        # once the scheduler has stepped, which is when the step's row is logged
+        self.step_lr = math.nan
         self._step_loss_sum: Tensor | None = None  # this rank's micro-batch losses of the step so far (fp64, on device)
         self._micro_count = self._step_tokens = 0
         self._sharded = False
@@ -202,6 +205,7 @@ class LitLM(L.LightningModule):
             torch.distributed.all_reduce(step_loss)
             step_loss = step_loss / self.trainer.world_size
         self.scale_lrs(optimizer)
+        self.step_lr = optimizer.param_groups[0]["lr"]
         if self._next_step_is_eval():  # before clipping, like grad_norm: clipping scales every group by one factor
             self.param_grad_norms = self._param_grad_norms()
         params = [p for p in self.model.parameters() if p.grad is not None]

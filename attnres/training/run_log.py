@@ -177,7 +177,7 @@ class RunLogger(L.Callback):
         rate = (step - prev_step) * self.run_row.budget.batch_tokens / elapsed if elapsed > 0 else None
         self._last_train_row = (step, self.train_s)
         self.last["train_loss"] = loss
-        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        lr = pl_module.step_lr  # this step's rate: the optimizer's group holds the next step's by now
         if trainer.progress_bar_callback is None and trainer.is_global_zero:  # a batch job: a plain line instead
             print(self.log_line(step, pl_module.steps, loss, lr, rate), flush=True)
         self.metrics.append(

@@ -19,6 +19,7 @@ import torch
 from attnres import AttnResLM
 from attnres.config import ConfigError, resolve_run_config
 from attnres.storage import locks, schema
+from attnres.training.module import build_scheduler
 from attnres.training.run import train
 from tests.attnres.grad_norms import assert_layer_norms_combine
 from tests.cli_helpers import attnres
@@ -147,6 +148,24 @@ def test_metrics_layers_and_depth_attention_contents(tiny_run):
         "embedding",
         "block",
     }
+
+
+def test_a_train_row_logs_the_rate_its_step_used(tiny_run):
+    """Row ``step`` s holds step s's loss and the rate of the update that step made: the schedule's rate of 0-based
+    step s - 1, not the one the scheduler has moved on to by the time the row is written."""
+    cfg = resolve_run_config(None, TINY)
+    steps = math.ceil(50000 / (16 * 64))
+    stand_in = torch.optim.SGD([torch.zeros(1)], lr=cfg.train.lr)
+    schedule = build_scheduler(stand_in, cfg, steps)
+    rates = []
+    for _ in range(steps):
+        rates.append(stand_in.param_groups[0]["lr"])
+        stand_in.step()
+        schedule.step()
+    rows = pd.read_parquet(tiny_run / schema.METRICS_FILE).query("split == 'train'")
+    assert len(rows) > 2
+    np.testing.assert_allclose(rows.lr, [rates[s - 1] for s in rows.step], rtol=1e-12)
+    assert rows.lr.iloc[-1] == pytest.approx(cfg.train.min_lr_ratio * cfg.train.lr)  # the last step's: the floor
 
 
 def test_a_finished_run_is_not_trained_again(tiny_run):
