@@ -7,7 +7,7 @@ Pure Python; no I/O; never imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,6 +82,13 @@ def with_interval(name: str, settings: FitSettings) -> str:
     """A column header: ``M [90% CI]``, or plain ``M`` when there is no bootstrap (``--n-boot 0``)."""
     pct = interval_name(settings)
     return f"{name} [{pct}]" if pct else name
+
+
+def column_header(name: str, settings: FitSettings, estimates: Iterable[Estimate]) -> str:
+    """:func:`with_interval` for a column of ``estimates``, but plain ``name`` where none of them has an interval:
+    a wall-clock M from throughputs logged under different loads is a point (docs/analysis.md), and a header
+    that names an interval over point cells reads as if they had one."""
+    return with_interval(name, settings) if any(e.has_interval for e in estimates) else name
 
 
 def intervals_text(settings: FitSettings) -> str:

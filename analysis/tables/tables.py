@@ -34,6 +34,7 @@ from analysis.tables.table_format import (
     Cell,
     FitTable,
     FitText,
+    column_header,
     has_intervals,
     intervals_text,
     number,
@@ -83,7 +84,9 @@ def multiplier_table(
     """One row per variant: M at its largest budget (the headline) with its interval, the exponent used and
     the exponent test, the wall-clock multiplier, runs and the fit statuses; ``brief=False`` (the report's)
     adds M from the shared and from the separate exponents, with largest C and M first."""
-    diff, m_head, wall = (with_interval(h, settings) for h in ("alpha_var - alpha_base", "M", "wall-clock M"))
+    multipliers = ordered_multipliers(sw, order)
+    diff, m_head = (with_interval(h, settings) for h in ("alpha_var - alpha_base", "M"))
+    wall = column_header("wall-clock M", settings, (m.wall_clock for m in multipliers))
     shared, separate = (with_interval(h, settings) for h in ("M, shared exponent", "M, separate exponents"))
     runs, status = "runs (var/base)", "status (base/var/joint)"
     if brief:
@@ -104,7 +107,7 @@ def multiplier_table(
             status,
         )
     rows = []
-    for m in ordered_multipliers(sw, order):
+    for m in multipliers:
         cells: dict[str, Cell] = {
             "variant": m.variant,
             "largest C": number(m.compute, 4),
@@ -136,8 +139,9 @@ def multiplier_table(
 def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | None = None) -> FitTable:
     """One row per (variant, measured budget): compute, loss, runs, M and the wall-clock M with their
     intervals, and the FLOP/s ratio of the variant to the baseline."""
-    m_head, wall = with_interval("M", settings), with_interval("wall-clock M", settings)
-    local = with_interval("local M", settings)
+    multipliers = ordered_multipliers(sw, order)
+    m_head, local = with_interval("M", settings), with_interval("local M", settings)
+    wall = column_header("wall-clock M", settings, (b.wall_clock for m in multipliers for b in m.budgets))
     header = ("variant", "C", "loss", "runs", m_head, local, wall, "FLOP/s ratio")
     rows = tuple(
         (
@@ -150,7 +154,7 @@ def budget_table(sw: SweepFit, settings: FitSettings, order: Sequence[str] | Non
             b.wall_clock.text() + (" !" if implausible(b.throughput_ratio) else ""),
             number(b.throughput_ratio, 3),
         )
-        for m in ordered_multipliers(sw, order)
+        for m in multipliers
         for b in m.budgets
     )
     return FitTable(

@@ -282,12 +282,17 @@ def test_wall_clock_m_has_an_interval_only_when_the_logged_throughputs_are_compa
     """Runs of one variant and shape do the same work: the FLOP/s they logged differ only by the machine's load. Within
     10 % of each other wall-clock M keeps M's interval; past it, or with no shape trained twice, it is a point and a
     note says why (docs/analysis.md)."""
+    from analysis.tables.tables import budget_table, multiplier_table
+
     write_synthetic_results(tmp_path, multipliers=TRUTH, seeds=2, tables=False)
     results = load_results(tmp_path, tables=())
-    steady = fit_results(results, n_boot=50).sweep("synthetic")
+    steady_report = fit_results(results, n_boot=50)
+    steady, settings = steady_report.sweep("synthetic"), steady_report.settings
     for m in steady.multipliers:
         assert m.wall_clock.has_interval and all(b.wall_clock.has_interval for b in m.budgets)
     assert any("spread within a shape is at most 10%" in n for n in steady.notes)
+    for table in (multiplier_table(steady, settings), budget_table(steady, settings)):
+        assert "wall-clock M [90% CI]" in table.header and "M [90% CI]" in table.header
 
     runs = results.runs.copy()
     busy = runs.index[(runs["variant"] == "block") & (runs["seed"] == 1)][:1]
@@ -298,6 +303,8 @@ def test_wall_clock_m_has_an_interval_only_when_the_logged_throughputs_are_compa
         assert m.multiplier.has_interval  # M itself keeps its interval
         assert math.isclose(m.wall_clock.value, m.multiplier.value * m.throughput_ratio, rel_tol=1e-9)
     assert any("up to 30% apart" in n and "a point without an interval" in n for n in loaded.notes)
+    for table in (multiplier_table(loaded, settings), budget_table(loaded, settings)):  # no interval over points
+        assert "wall-clock M" in table.header and "M [90% CI]" in table.header
 
     one = tmp_path / "one"
     write_synthetic_results(one, multipliers=TRUTH, seeds=1, tables=False)
