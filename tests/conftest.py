@@ -107,6 +107,23 @@ TINY = [
 ]
 
 
+def schedule_rates(cfg, steps: int) -> list[float]:
+    """The learning rate of each of ``steps`` optimizer steps (0-based) under ``cfg``'s schedule, read from a stand-in
+    optimizer stepped as training steps it."""
+    import torch
+
+    from attnres.training.module import build_scheduler
+
+    stand_in = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.train.lr)
+    schedule = build_scheduler(stand_in, cfg, steps)
+    rates = []
+    for _ in range(steps):
+        rates.append(stand_in.param_groups[0]["lr"])
+        stand_in.step()
+        schedule.step()
+    return rates
+
+
 @pytest.fixture
 def tiny_overrides() -> list[str]:
     return list(TINY)

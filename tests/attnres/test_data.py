@@ -15,6 +15,7 @@ from attnres.data.sources import source_files
 from attnres.model import AttnResLM
 from attnres.training.module import build_scheduler
 from attnres.training.optimizer import parameter_groups
+from tests.conftest import schedule_rates
 
 
 def test_builtin_corpus_is_vendored_with_its_provenance():
@@ -92,14 +93,7 @@ def test_validation_windows_are_fixed_and_spread_over_the_whole_split():
 @pytest.mark.parametrize("schedule", ["cosine", "wsd"])
 def test_schedule_warms_up_then_decays_to_the_floor(schedule):
     cfg = RunConfig(train=TrainConfig(lr=1.0, warmup_frac=0.1, schedule=schedule, min_lr_ratio=0.1))
-    param = torch.nn.Parameter(torch.zeros(1))
-    opt = torch.optim.SGD([param], lr=1.0)
-    sched = build_scheduler(opt, cfg, 100)
-    lrs = []
-    for _ in range(100):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
+    lrs = schedule_rates(cfg, 100)
     assert lrs[:10] == pytest.approx([(k + 1) / 10 for k in range(10)])
     assert lrs[-1] == pytest.approx(0.1) and max(lrs) == pytest.approx(1.0)
     assert all(a >= b - 1e-12 for a, b in zip(lrs[10:], lrs[11:]))  # non-increasing after warm-up

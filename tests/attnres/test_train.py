@@ -19,11 +19,10 @@ import torch
 from attnres import AttnResLM
 from attnres.config import ConfigError, resolve_run_config
 from attnres.storage import locks, schema
-from attnres.training.module import build_scheduler
 from attnres.training.run import train
 from tests.attnres.grad_norms import assert_layer_norms_combine
 from tests.cli_helpers import attnres
-from tests.conftest import TINY, needs_cxx
+from tests.conftest import TINY, needs_cxx, schedule_rates
 
 ATTNRES = [sys.executable, "-m", "attnres.cli"]
 
@@ -154,14 +153,7 @@ def test_a_train_row_logs_the_rate_its_step_used(tiny_run):
     """Row ``step`` s holds step s's loss and the rate of the update that step made: the schedule's rate of 0-based
     step s - 1, not the one the scheduler has moved on to by the time the row is written."""
     cfg = resolve_run_config(None, TINY)
-    steps = math.ceil(50000 / (16 * 64))
-    stand_in = torch.optim.SGD([torch.zeros(1)], lr=cfg.train.lr)
-    schedule = build_scheduler(stand_in, cfg, steps)
-    rates = []
-    for _ in range(steps):
-        rates.append(stand_in.param_groups[0]["lr"])
-        stand_in.step()
-        schedule.step()
+    rates = schedule_rates(cfg, int(pd.read_parquet(tiny_run / schema.RUN_FILE).max_steps.iloc[0]))
     rows = pd.read_parquet(tiny_run / schema.METRICS_FILE).query("split == 'train'")
     assert len(rows) > 2
     np.testing.assert_allclose(rows.lr, [rates[s - 1] for s in rows.step], rtol=1e-12)
