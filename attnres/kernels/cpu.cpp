@@ -1,7 +1,6 @@
 // The two-phase depth attention's token-wise work on CPU, fp32: the deposit of a completed source, phase 1 (forward,
-// and the backward of a block's first query) and the phase-2 merge (forward and backward), one pass over each
-// token's rows; and RMSNorm's backward (every variant's sublayers and final norm), at its end. (The deposit's backward stays in torch ops: it is mostly a (tokens, Q) x (Q, D) product, which BLAS
-// does well, and a kernel for it measured no faster.)
+// and the backward of a block's first query), the phase-2 merge (forward and backward) and the deposit's backward, one
+// pass over each token's rows; and RMSNorm's backward (every variant's sublayers and final norm), at its end.
 //
 // The math is that of attnres.kernels.two_phase's Deposit, Phase1 and Merge, line for line (see there and
 // docs/method.md). Eager PyTorch runs it as ten or so separate passes over (tokens, D) tensors; here every token's
@@ -16,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -28,11 +28,55 @@ void check(const torch::Tensor& x, const char* name, int64_t dim) {
 constexpr int64_t kGrain = 64;    // tokens per task: 64 rows of D floats per stream
 constexpr int64_t kColumns = 16;  // columns per task of a sum over the tokens: one 64-byte cache line of a row
 
+
+// Eight floats as one vector (GCC's and Clang's vector extension: AVX on x86, NEON pairs on ARM). combine keeps its
+// partial sums in two of them; a plain array there, GCC vectorised the loop over the columns instead, with gathers.
+typedef float f32x8 __attribute__((vector_size(32)));
+
+inline f32x8 load8(const float* p) {
+  f32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// <a, b> over d floats. One accumulator makes a chain of dependent adds, and the kernels that take a dozen dot
+// products per token (a slot's readers) waited on it: here four vectors of partial sums, 32 columns a step, then
+// one, then single floats, added up in a fixed order: the same bits at any thread count.
 inline float dot(const float* a, const float* b, int64_t d) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
+  f32x8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  int64_t i = 0;
+  for (; i + 32 <= d; i += 32) {
+    s0 += load8(a + i) * load8(b + i);
+    s1 += load8(a + i + 8) * load8(b + i + 8);
+    s2 += load8(a + i + 16) * load8(b + i + 16);
+    s3 += load8(a + i + 24) * load8(b + i + 24);
+  }
+  for (; i + 8 <= d; i += 8) s0 += load8(a + i) * load8(b + i);
+  const f32x8 v = (s0 + s1) + (s2 + s3);
+  float s = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+  for (; i < d; ++i) s += a[i] * b[i];
   return s;
+}
+
+// out = sum_j c[j] rows[j] (d floats each), summed in j's order, 16 columns at a time with their partial sums in
+// registers: out is written once. Adding one row at a time into out instead read and wrote out once a row, and a
+// slot's backward (a dozen readers and queries) or a block's phase 1 (k slots) was bound by those loads and stores.
+inline void combine(float* out, const float* const* rows, const float* c, int64_t m, int64_t d) {
+  int64_t i0 = 0;
+  for (; i0 + 16 <= d; i0 += 16) {
+    f32x8 lo = c[0] * load8(rows[0] + i0), hi = c[0] * load8(rows[0] + i0 + 8);
+    for (int64_t j = 1; j < m; ++j) {
+      lo += c[j] * load8(rows[j] + i0);
+      hi += c[j] * load8(rows[j] + i0 + 8);
+    }
+    std::memcpy(out + i0, &lo, sizeof lo);
+    std::memcpy(out + i0 + 8, &hi, sizeof hi);
+  }
+  for (int64_t i = i0; i < d; ++i) {  // the columns after the last whole 16
+    float a = c[0] * rows[0][i];
+    for (int64_t j = 1; j < m; ++j) a += c[j] * rows[j][i];
+    out[i] = a;
+  }
 }
 
 // dots[j] = <v_j, g> for the k slot rows of token t (slot stride vs), and returns sum_j w_j dots[j] = <out, g>
@@ -44,6 +88,21 @@ inline float slot_dots(const float* V, int64_t vs, const float* W, int64_t ws, i
     dot_out += W[j * ws + t] * dots[j];
   }
   return dot_out;
+}
+
+// out (D) += sum_t a_t p_t over the rows of P (N, D), in token order: a sum split over the tokens' threads (one partial
+// row per thread, as before) depends on the thread count, and made a run's depth-query gradients, so its losses,
+// differ between 1 and 2 threads. One more pass over P, its columns shared out; one thread gives the bits it gave
+// before.
+void sum_rows(const float* A, const float* P, int64_t n, int64_t d, float* out) {
+  at::parallel_for(0, d, kColumns, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float a = A[t];
+      const float* pt = P + t * d;
+#pragma omp simd
+      for (int64_t i = c0; i < c1; ++i) out[i] += a * pt[i];
+    }
+  });
 }
 
 }  // namespace
@@ -101,35 +160,31 @@ std::vector<torch::Tensor> merge_forward(const torch::Tensor& out, const torch::
 }
 
 // dh, p, dp_later (N, D), u (D), weights (k, N), values and value_grad (k, N, D) slot rows, r, logit, keep (N),
-// logit_grad (k, N) rows of this query. Adds the softmax's backward to logit_grad and, with scatter, keep * weights[j]
-// * dh to value_grad[j] (without: the slots gather that later, gather_backward; value_grad is not read). Returns dp
-// (N, D) (including dp_later) and du (D).
+// logit_grad (k, N) rows of this query. Adds the softmax's backward to logit_grad and keep * weights[j] * dh to
+// value_grad[j] (the readers scatter: AttnRes.gather = False; with gather, merge_backward_kept). Returns dp (N, D)
+// (including dp_later) and du (D).
 std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::Tensor& p,
                                           const torch::Tensor& dp_later, const torch::Tensor& u,
                                           const torch::Tensor& weights, const torch::Tensor& values,
                                           torch::Tensor value_grad, const torch::Tensor& r, const torch::Tensor& logit,
-                                          const torch::Tensor& keep, torch::Tensor logit_grad, bool scatter) {
+                                          const torch::Tensor& keep, torch::Tensor logit_grad) {
   check(dh, "dh", 2), check(p, "p", 2), check(dp_later, "dp_later", 2), check(u, "u", 1);
-  check(weights, "weights", 2), check(values, "values", 3);
+  check(weights, "weights", 2), check(values, "values", 3), check(value_grad, "value_grad", 3);
   check(r, "r", 1), check(logit, "logit", 1), check(keep, "keep", 1), check(logit_grad, "logit_grad", 2);
   const int64_t n = dh.size(0), d = dh.size(1), k = weights.size(0);
   TORCH_CHECK(dh.is_contiguous() && p.is_contiguous() && dp_later.is_contiguous(), "merge_backward: contiguous rows");
-  TORCH_CHECK(values.stride(1) == d && weights.stride(1) == 1 && logit_grad.stride(1) == 1,
+  TORCH_CHECK(values.stride(1) == d && value_grad.stride(1) == d && weights.stride(1) == 1 && logit_grad.stride(1) == 1,
               "merge_backward: slot rows must be contiguous");
-  if (scatter) {
-    check(value_grad, "value_grad", 3);
-    TORCH_CHECK(value_grad.stride(1) == d, "merge_backward: slot rows must be contiguous");
-  }
   TORCH_CHECK(k <= 64, "merge_backward: at most 64 slots");
   torch::Tensor dp = torch::empty_like(dh);
   torch::Tensor du = torch::zeros({d}, dh.options()), a_of = torch::empty({n}, dh.options());
   const float *DH = dh.data_ptr<float>(), *P = p.data_ptr<float>(), *DL = dp_later.data_ptr<float>();
   const float *U = u.data_ptr<float>(), *W = weights.data_ptr<float>(), *V = values.data_ptr<float>();
   const float *R = r.data_ptr<float>(), *G = logit.data_ptr<float>(), *K = keep.data_ptr<float>();
-  float *VG = scatter ? value_grad.data_ptr<float>() : nullptr, *LG = logit_grad.data_ptr<float>();
+  float *VG = value_grad.data_ptr<float>(), *LG = logit_grad.data_ptr<float>();
   float *DP = dp.data_ptr<float>(), *DU = du.data_ptr<float>(), *A = a_of.data_ptr<float>();
   const int64_t ws = weights.stride(0), vs = values.stride(0), ls = logit_grad.stride(0);
-  const int64_t gs = scatter ? value_grad.stride(0) : 0;
+  const int64_t gs = value_grad.stride(0);
   const float inv_d = 1.f / static_cast<float>(d);
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     float dots[64];
@@ -142,11 +197,9 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
       for (int64_t j = 0; j < k; ++j) {
         const float wj = W[j * ws + t], coef = kp * wj;
         LG[j * ls + t] += wj * ((dots[j] - dot_out) * kp + dscore);
-        if (scatter) {
-          float* gt = VG + j * gs + t * d;
+        float* gt = VG + j * gs + t * d;
 #pragma omp simd
-          for (int64_t i = 0; i < d; ++i) gt[i] += coef * dht[i];
-        }
+        for (int64_t i = 0; i < d; ++i) gt[i] += coef * dht[i];
       }
       const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
       A[t] = a;
@@ -156,18 +209,49 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
       for (int64_t i = 0; i < d; ++i) dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
     }
   });
-  // du = sum_t a_t p_t in token order: a sum split over the tokens' threads (one partial row per thread, as before)
-  // depends on the thread count, and made a run's depth-query gradients, so its losses, differ between 1 and 2
-  // threads. One more pass over p, its columns shared out; one thread gives the bits it gave before.
-  at::parallel_for(0, d, kColumns, [&](int64_t c0, int64_t c1) {
-    for (int64_t t = 0; t < n; ++t) {
-      const float a = A[t];
-      const float* pt = P + t * d;
+  sum_rows(A, P, n, d, DU);
+  return {dp, du};
+}
+
+// The merge's backward when the slots gather its share later (deposit_backward): dh, p, h, dp_later (N, D), u (D),
+// r, logit, keep (N) -> dp (N, D) (including dp_later), du (D) and c (N), what deposit_backward needs for this query's
+// logits' gradient. No slot is read: with h = p + keep (out - p), <dh, h - p> = keep (<dh, out> - <dh, p>), so the
+// score's gradient is dscore = (1 - keep) <dh, h - p>, and the softmax's backward on slot j, w_j (keep <v_j, dh> -
+// keep <dh, out> + dscore), is w_j (keep <v_j, dh> - c) with c = keep <dh, h>: deposit_backward forms <v_j, dh> while
+// it reads both rows anyway. (merge_backward read the k slots for those dot products: k of this kernel's five passes.)
+std::vector<torch::Tensor> merge_backward_kept(const torch::Tensor& dh, const torch::Tensor& p, const torch::Tensor& h,
+                                               const torch::Tensor& dp_later, const torch::Tensor& u,
+                                               const torch::Tensor& r, const torch::Tensor& logit,
+                                               const torch::Tensor& keep) {
+  check(dh, "dh", 2), check(p, "p", 2), check(h, "h", 2), check(dp_later, "dp_later", 2), check(u, "u", 1);
+  check(r, "r", 1), check(logit, "logit", 1), check(keep, "keep", 1);
+  const int64_t n = dh.size(0), d = dh.size(1);
+  TORCH_CHECK(dh.is_contiguous() && p.is_contiguous() && h.is_contiguous() && dp_later.is_contiguous(),
+              "merge_backward_kept: contiguous rows");
+  torch::Tensor dp = torch::empty_like(dh), c_of = torch::empty({n}, dh.options());
+  torch::Tensor du = torch::zeros({d}, dh.options()), a_of = torch::empty({n}, dh.options());
+  const float *DH = dh.data_ptr<float>(), *P = p.data_ptr<float>(), *H = h.data_ptr<float>();
+  const float *DL = dp_later.data_ptr<float>(), *U = u.data_ptr<float>();
+  const float *R = r.data_ptr<float>(), *G = logit.data_ptr<float>(), *K = keep.data_ptr<float>();
+  float *DP = dp.data_ptr<float>(), *DU = du.data_ptr<float>(), *A = a_of.data_ptr<float>(), *C = c_of.data_ptr<float>();
+  const float inv_d = 1.f / static_cast<float>(d);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float *dht = DH + t * d, *pt = P + t * d, *ht = H + t * d;
+      const float dhp = dot(dht, pt, d), dhh = dot(dht, ht, d);
+      const float kp = K[t], rest = 1.f - kp, rt = R[t];
+      const float dscore = (dhh - dhp) * rest;
+      C[t] = kp * dhh;
+      const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
+      A[t] = a;
+      const float* lt = DL + t * d;
+      float* dpt = DP + t * d;
 #pragma omp simd
-      for (int64_t i = c0; i < c1; ++i) DU[i] += a * pt[i];
+      for (int64_t i = 0; i < d; ++i) dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
     }
   });
-  return {dp, du};
+  sum_rows(A, P, n, d, DU);
+  return {dp, du, c_of};
 }
 
 // Phase 1 (k >= 2 completed slots, S queries): scores (S, k, N) (any strides), values (k, N, D) slot rows ->
@@ -194,6 +278,7 @@ std::vector<torch::Tensor> phase1_forward(const torch::Tensor& scores, const tor
   float *LSE = lse.data_ptr<float>(), *W = weights.data_ptr<float>();
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     float w[64];
+    const float* rows[64];
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t q = 0; q < s_n; ++q) {
         const float* sc = SC + q * ss + t * sn;
@@ -207,16 +292,8 @@ std::vector<torch::Tensor> phase1_forward(const torch::Tensor& scores, const tor
           w[j] = std::exp(sc[j * sk] - l);
           W[(q * k + j) * n + t] = w[j];
         }
-        float* ot = out_ptrs[q] + t * d;
-        const float* v0 = V + t * d;
-#pragma omp simd
-        for (int64_t i = 0; i < d; ++i) ot[i] = w[0] * v0[i];
-        for (int64_t j = 1; j < k; ++j) {
-          const float* vj = V + j * vs + t * d;
-          const float wj = w[j];
-#pragma omp simd
-          for (int64_t i = 0; i < d; ++i) ot[i] += wj * vj[i];
-        }
+        for (int64_t j = 0; j < k; ++j) rows[j] = V + j * vs + t * d;
+        combine(out_ptrs[q] + t * d, rows, w, k, d);
       }
     }
   });
@@ -301,22 +378,39 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
   });
 }
 
-// A slot's share of its readers' backward, formed when the slot's own backward runs (every reader's has). Reader q's
-// output got the gradient s_q g_q, g_q (N, D) with scale s_q (N) (a merge's keep; empty: 1); its softmax weight on
-// this slot is w_q (N). Returns dx = sum_q w_q s_q g_q (N, D), summed in the readers' order. A reader that left its
-// logits' gradient to the slot (a block's first query) gives c_q = <out_q, g_q> (N): this adds w_q (<x, g_q> - c_q)
-// to its logit-gradient row; a merge, which forms its logits' gradient itself, gives an empty c_q. Each token's slot row and gradient row stay in L1 while every reader's row is read once: a third of
-// the traffic of adding each reader's share into a slot-gradient buffer as it comes (slot_backward, merge_backward).
-torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
-                              const std::vector<torch::Tensor>& scales, const std::vector<torch::Tensor>& weights,
-                              const std::vector<torch::Tensor>& dots_out, std::vector<torch::Tensor> logit_grads) {
-  check(x, "x", 2);
-  const int64_t n = x.size(0), d = x.size(1), readers = static_cast<int64_t>(grads.size());
-  TORCH_CHECK(x.is_contiguous() && readers >= 1 && static_cast<int64_t>(weights.size()) == readers &&
+// The deposit's backward, formed when the slot's own backward runs (every reader's has): its readers' share, then its
+// logits' path. Reader q's output got the gradient s_q g_q, g_q (N, D) with scale s_q (N) (a merge's keep; empty: 1);
+// its softmax weight on this slot is w_q (N); readers come in descending query order. A reader that left its logits'
+// gradient to the slot (a block's first query, c_q = <out_q, g_q>; a merge, c_q from merge_backward_kept) adds
+// w_q (s_q <x, g_q> - c_q) to its row of the slot's logit gradient; an empty c_q formed it itself. Then, with z the
+// slot's logit rows (Q', N) against the queries u (Q', D) that read it, dz their gradient (Q', N, every reader's
+// added now) and r = 1/rms(x):
+//     dx = sum_q w_q s_q g_q + (r dz)^T u - (r^2 / D) (sum_q dz_q z_q) x      (z_q = r <x, u_q>, dr/dx = -r^3 x / D)
+// returned with r dz (Q', N), whose product with x (du = (r dz) x, a sum over the tokens) the caller forms (a BLAS
+// product: as a pass of this kernel's, its columns split over the threads as sum_rows does, it took 2.4x as long). Each
+// token's slot row and gradient row stay in L1 while every reader's row is read once: the slot's backward reads
+// each reader's gradient once and writes dx once, a third of the traffic of adding each reader's share into a
+// slot-gradient buffer as it comes (slot_backward, merge_backward), and none for the logits' path (three more
+// passes over dx and x in torch ops).
+std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
+                                            const std::vector<torch::Tensor>& scales,
+                                            const std::vector<torch::Tensor>& weights,
+                                            const std::vector<torch::Tensor>& dots_out,
+                                            std::vector<torch::Tensor> logit_grads, const torch::Tensor& logit_rows,
+                                            const torch::Tensor& logits, const torch::Tensor& r,
+                                            const torch::Tensor& u) {
+  check(x, "x", 2), check(logit_rows, "logit_rows", 2), check(logits, "logits", 2), check(r, "r", 1);
+  check(u, "u", 2);
+  const int64_t n = x.size(0), d = x.size(1), readers = static_cast<int64_t>(grads.size()), queries = u.size(0);
+  TORCH_CHECK(x.is_contiguous() && static_cast<int64_t>(weights.size()) == readers &&
                   static_cast<int64_t>(scales.size()) == readers &&
                   static_cast<int64_t>(dots_out.size()) == readers &&
                   static_cast<int64_t>(logit_grads.size()) == readers,
-              "gather_backward: a contiguous slot and one gradient, weight row, dot and logit row per reader");
+              "deposit_backward: a contiguous slot and one gradient, weight row, dot and logit row per reader");
+  TORCH_CHECK(u.is_contiguous() && u.size(1) == d && r.is_contiguous() && r.size(0) == n &&
+                  logit_rows.size(0) == queries && logit_rows.size(1) == n && logits.size(0) == queries &&
+                  logits.size(1) == n,
+              "deposit_backward: logit rows (Q', N) and queries (Q', D) that match the slot");
   std::vector<const float*> G, S, W, C;
   std::vector<float*> LG;
   for (int64_t q = 0; q < readers; ++q) {
@@ -324,41 +418,51 @@ torch::Tensor gather_backward(const torch::Tensor& x, const std::vector<torch::T
     if (dots_out[q].numel() > 0) check(dots_out[q], "dots_out", 1);
     if (scales[q].numel() > 0) {
       check(scales[q], "scale", 1);
-      TORCH_CHECK(scales[q].size(0) == n, "gather_backward: a scale per token");
+      TORCH_CHECK(scales[q].size(0) == n, "deposit_backward: a scale per token");
     }
     S.push_back(scales[q].numel() > 0 ? scales[q].data_ptr<float>() : nullptr);
     check(logit_grads[q], "logit_grad", 1);
     TORCH_CHECK(grads[q].is_contiguous() && grads[q].size(0) == n && grads[q].size(1) == d &&
                     weights[q].size(0) == n && (dots_out[q].numel() == 0 || dots_out[q].size(0) == n) &&
                     (dots_out[q].numel() == 0 || logit_grads[q].size(0) == n),
-                "gather_backward: reader rows must match the slot");
+                "deposit_backward: reader rows must match the slot");
     G.push_back(grads[q].data_ptr<float>()), W.push_back(weights[q].data_ptr<float>());
-    const bool logits = dots_out[q].numel() > 0;
-    C.push_back(logits ? dots_out[q].data_ptr<float>() : nullptr);
-    LG.push_back(logits ? logit_grads[q].data_ptr<float>() : nullptr);
+    const bool logit = dots_out[q].numel() > 0;
+    C.push_back(logit ? dots_out[q].data_ptr<float>() : nullptr);
+    LG.push_back(logit ? logit_grads[q].data_ptr<float>() : nullptr);
   }
-  torch::Tensor dx = torch::empty_like(x);
-  const float* X = x.data_ptr<float>();
-  float* DX = dx.data_ptr<float>();
+  torch::Tensor dx = torch::empty_like(x), dzr = torch::empty({queries, n}, x.options());
+  const float *X = x.data_ptr<float>(), *LR = logit_rows.data_ptr<float>(), *Z = logits.data_ptr<float>();
+  const float *R = r.data_ptr<float>(), *U = u.data_ptr<float>();
+  float *DX = dx.data_ptr<float>(), *DZ = dzr.data_ptr<float>();
+  const int64_t ls = logit_rows.stride(0), zs = logits.stride(0);
+  const float inv_d = 1.f / static_cast<float>(d);
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    // dx_t = sum_q (w_q s_q) g_q + sum_q dz_q u_q + coef x_t: the rows and their coefficients, for combine
+    const int64_t terms = readers + queries + 1;
+    std::vector<const float*> rows(terms);
+    std::vector<float> coefs(terms);
+    for (int64_t q = 0; q < queries; ++q) rows[readers + q] = U + q * d;
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = X + t * d;
-      float* dxt = DX + t * d;
       for (int64_t q = 0; q < readers; ++q) {
         const float* gt = G[q] + t * d;
-        const float s = S[q] ? S[q][t] : 1.f, w = W[q][t], ws = w * s;
+        const float s = S[q] ? S[q][t] : 1.f, w = W[q][t];
         if (C[q]) LG[q][t] += w * (s * dot(xt, gt, d) - C[q][t]);
-        if (q == 0) {
-#pragma omp simd
-          for (int64_t i = 0; i < d; ++i) dxt[i] = ws * gt[i];
-        } else {
-#pragma omp simd
-          for (int64_t i = 0; i < d; ++i) dxt[i] += ws * gt[i];
-        }
+        rows[q] = gt, coefs[q] = w * s;
       }
+      const float rt = R[t];
+      float zsum = 0.f;
+      for (int64_t q = 0; q < queries; ++q) {
+        const float dz = LR[q * ls + t] * rt;
+        DZ[q * n + t] = dz, coefs[readers + q] = dz;
+        zsum += dz * Z[q * zs + t];
+      }
+      rows[terms - 1] = xt, coefs[terms - 1] = -zsum * rt * inv_d;
+      combine(DX + t * d, rows.data(), coefs.data(), terms, d);
     }
   });
-  return dx;
+  return {dx, dzr};
 }
 
 // <a_t, b_t> for each row t of a, b (N, D): a query's <out, g> for gather_backward.
@@ -420,6 +524,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("merge_forward", &merge_forward, "phase-2 merge, forward (CPU, fp32)");
   m.def("merge_backward", &merge_backward, "phase-2 merge, backward (CPU, fp32)");
   m.def("rms_norm_backward", &rms_norm_backward, "RMSNorm, backward (CPU, fp32)");
-  m.def("gather_backward", &gather_backward, "Full AttnRes: a slot's share of its readers' backward (CPU, fp32)");
+  m.def("merge_backward_kept", &merge_backward_kept, "phase-2 merge, backward, its slots' share left (CPU, fp32)");
+  m.def("deposit_backward", &deposit_backward, "a slot's backward: its readers' share and its logits (CPU, fp32)");
   m.def("row_dots", &row_dots, "row-wise dot products (CPU, fp32)");
 }

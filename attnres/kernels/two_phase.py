@@ -26,7 +26,9 @@ is read once per slot, where adding each reader's share into a gradient buffer o
 ``Buffers.value_grad``, which the fused kernels and ``AttnRes.gather = False`` use) read and wrote every slot's row
 once per reader. Above all it allocates no (M, B, T, D) buffer when backward starts: the kept gradients, one per
 query, accumulate while the activations are freed (at 256 x 8, peak memory 1.158 -> 1.089 of the baseline's for
-Full AttnRes, 1.115 -> 1.086 for Block N = 8; docs/performance.md).
+Full AttnRes, 1.115 -> 1.086 for Block N = 8; docs/performance.md). On CPU (``deposit_backward`` of
+:mod:`attnres.kernels.cpu`) the slot's backward also forms every reader's softmax backward on it (a merge's too,
+which then reads no slot: ``merge_backward_kept``) and its own logits' path, in the same pass over its rows.
 
 Layouts are slot-major and query-major, so every (B, T, D) operand is contiguous: values (M, B, T, D),
 logits (M, Q, B, T), phase-1 weights (S, k, B, T). With k and S below about 20, a short loop of fused
@@ -207,6 +209,11 @@ class Deposit(Function):
             return None, None, None, None, None, None
         with _no_autocast(u):
             x = bufs.values[slot]  # (B, T, D)
+            if bufs.gather and _native(bufs, x):  # the readers' share and the logits' path in one kernel
+                dx, dzr = _gather_native(bufs, slot, first, u)
+                du = torch.zeros_like(u)
+                torch.mm(dzr, x.reshape(-1, x.shape[-1]), out=du[first:])  # (Q - first, D)
+                return (dx if ctx.summed else None), dx.to(ctx.last_dtype), du, None, None, None
             gathered = _gather(bufs, slot, first) if bufs.gather else None
             r = bufs.inv_rms[slot]  # (B, T)
             uq = u[first:].to(x.dtype)
@@ -305,34 +312,59 @@ class Phase1(Function):
         return (None,) * len(ctx.needs_input_grad)
 
 
+def _readers(bufs: Buffers, slot: int, first: int) -> list[int]:
+    """The queries that kept a gradient for ``slot`` to gather, in descending query order."""
+    return [q for q in range(bufs.logits.shape[1] - 1, first - 1, -1) if q in bufs.pending]
+
+
 def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
     """The gradient of ``slot``'s value from every reader that kept its gradient (a block's first query in Phase1's
     backward, a merge in its own), in descending query order; None when no reader sent one. A reader q whose phase-1
     output got ``s_q g_q`` (``s_q`` a merge's keep, else 1) adds ``w_qj s_q g_q``. A block's first query also leaves
     its softmax backward to the slots: ``w_qj (<v_j, g_q> - c_q)`` with ``c_q = <out_q, g_q>``, added to the slot's
-    logit gradient here; a merge, which has the dot products at hand, adds its own (``c_q`` None).
+    logit gradient here; a merge, which has the dot products at hand, adds its own (``c_q`` None). Torch ops; the
+    native kernels do this and the deposit's logits' path at once (:func:`_gather_native`).
     """
-    readers = [q for q in range(bufs.logits.shape[1] - 1, first - 1, -1) if q in bufs.pending]
+    readers = _readers(bufs, slot, first)
     if not readers:
         return None
     x = bufs.values[slot].flatten(0, 1)  # (N, D)
-    grads, scales, dots_out, weights = (list(kept) for kept in zip(*(bufs.pending[q] for q in readers)))
-    weights = [w[slot] for w in weights]  # (N,) each
-    logit_grads = [bufs.logit_grad[slot, q].view(-1) for q in readers]
-    if _native(bufs, x):
-        scales = [x.new_empty(0) if scale is None else scale for scale in scales]
-        dots_out = [x.new_empty(0) if c is None else c for c in dots_out]
-        dx = cpu_kernels.ops().gather_backward(x, grads, scales, weights, dots_out, logit_grads)
-    else:
-        dx = None
-        for grad, scale, c, w, lg in zip(grads, scales, dots_out, weights, logit_grads):
-            if c is not None:
-                lg.add_(((x * grad).sum(-1) - c).mul_(w))
-            ws = w if scale is None else w * scale
-            dx = grad * ws.unsqueeze(-1) if dx is None else dx.addcmul_(grad, ws.unsqueeze(-1))
+    dx = None
+    for q in readers:
+        grad, scale, c, w = bufs.pending[q]
+        w, lg = w[slot], bufs.logit_grad[slot, q].view(-1)
+        if c is not None:
+            lg.add_(((x * grad).sum(-1) - c).mul_(w))
+        ws = w if scale is None else w * scale
+        dx = grad * ws.unsqueeze(-1) if dx is None else dx.addcmul_(grad, ws.unsqueeze(-1))
     if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
         bufs.pending.clear()
     return dx.view_as(bufs.values[slot])
+
+
+def _gather_native(bufs: Buffers, slot: int, first: int, u: Tensor) -> tuple[Tensor, Tensor]:
+    """The deposit's backward through ``deposit_backward`` (attnres.kernels.cpu): the slot's gradient (B, T, D), its
+    readers' share (as :func:`_gather`; a merge's ``c_q`` comes from its kept backward, ``merge_backward_kept``) plus
+    its logits' path (as Deposit.backward's torch ops), and ``r dz`` (Q - first, N) for the queries' gradient."""
+    x = bufs.values[slot].flatten(0, 1)  # (N, D)
+    readers = _readers(bufs, slot, first)
+    kept = [bufs.pending[q] for q in readers]
+    empty = x.new_empty(0)
+    dx, dzr = cpu_kernels.ops().deposit_backward(
+        x,
+        [grad for grad, _, _, _ in kept],
+        [empty if scale is None else scale for _, scale, _, _ in kept],
+        [w[slot] for _, _, _, w in kept],
+        [empty if c is None else c for _, _, c, _ in kept],
+        [bufs.logit_grad[slot, q].view(-1) for q in readers],
+        bufs.logit_grad[slot, first:].flatten(1),
+        bufs.logits[slot, first:].flatten(1),
+        bufs.inv_rms[slot].flatten(),
+        u[first:].contiguous(),
+    )
+    if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
+        bufs.pending.clear()
+    return dx.view_as(bufs.values[slot]), dzr
 
 
 def _fused(bufs: Buffers) -> bool:
@@ -382,10 +414,14 @@ class Merge(Function):
 
     The backward also does this query's share of phase 1's backward (:func:`_slot_grads`, with ``dout = keep
     dh``; or, with ``Buffers.gather``, keeps ``dh`` for the slots to gather it), so the gradient of ``out`` is never
-    materialised and ``out`` need not be kept: ``<dh, out>`` comes from the dot products with the slots. It saves
-    the partial sum ``p``, one (B, T, D) tensor per merge (Block N = 4: about 5 % of the baseline's peak memory).
-    Rebuilding ``p`` from ``h`` and a recomputed ``out`` instead costs k + 5 more passes over (B, T, D) tensors per
-    merge: saving it took Block N = 4's depth mixing from 33.1 to 29.7 ms (``benchmarks/bench_step.py``, depth only).
+    materialised and ``out`` need not be kept: ``<dh, out>`` comes from the dot products with the slots. Natively
+    with ``Buffers.gather`` it reads no slot at all: ``<dh, h - p> = keep (<dh, out> - <dh, p>)`` gives the score's
+    gradient from ``h`` (saved: the sublayer's norm keeps it anyway), and the softmax's backward on each slot is left
+    to the slot's ``deposit_backward``, which reads the slot's and ``dh``'s rows anyway (``merge_backward_kept``).
+    It saves the partial sum ``p``, one (B, T, D) tensor per merge (Block N = 4: about 5 % of the baseline's peak
+    memory). Rebuilding ``p`` from ``h`` and a recomputed ``out`` instead costs k + 5 more passes over (B, T, D)
+    tensors per merge: saving it took Block N = 4's depth mixing from 33.1 to 29.7 ms (``benchmarks/bench_step.py``,
+    depth only).
     """
 
     @staticmethod
@@ -416,7 +452,9 @@ class Merge(Function):
             else:
                 h, keep, r, logit, p = Merge._forward(out, lse, prev, last, u, bufs)
         ctx.bufs, ctx.query, ctx.summed, ctx.last_dtype = bufs, query, prev is not None, last.dtype
-        ctx.save_for_backward(p, u, weights, r, logit, keep)
+        # h: the native backward with gather reads it instead of the k slots (merge_backward_kept); the sublayer's
+        # norm keeps it until then anyway, so saving it costs no memory
+        ctx.save_for_backward(p, u, weights, r, logit, keep, h)
         ctx.mark_non_differentiable(keep)
         return h, keep, p
 
@@ -445,32 +483,42 @@ class Merge(Function):
 
     @staticmethod
     def backward(ctx: Any, dh: Tensor, _dkeep: Tensor, dp_later: Tensor) -> tuple[Tensor | None, ...]:
-        p, u, weights, r, logit, keep = ctx.saved_tensors
+        p, u, weights, r, logit, keep, h = ctx.saved_tensors
         bufs = ctx.bufs
         bufs.grads()  # a merge can be the first reader to run backward (a loss on an inner sublayer)
         with _no_autocast(p):
             dh, pf, uf = dh.to(weights.dtype), p.to(weights.dtype), u.to(weights.dtype)
             dp_later = dp_later.to(weights.dtype)  # what p's later readers (a merge, the deposit) sent back
             k = weights.shape[0]
-            if _native(bufs, dh):
-                gather = bufs.gather
+            if _native(bufs, dh) and bufs.gather:  # the slots take this query's share later: read none of them
                 flat_dh = dh.flatten(0, 1).contiguous()
-                dp, du = cpu_kernels.ops().merge_backward(
+                dp, du, c = cpu_kernels.ops().merge_backward_kept(
                     flat_dh,
+                    pf.flatten(0, 1).contiguous(),
+                    h.flatten(0, 1).contiguous(),
+                    dp_later.flatten(0, 1).contiguous(),
+                    uf.contiguous(),
+                    r.flatten(),
+                    logit.flatten(),
+                    keep.flatten(),
+                )
+                # what the slots' deposit_backward needs: this query's gradient, its keep, c = keep <dh, h>, weights
+                bufs.pending[ctx.query] = (flat_dh, keep.flatten(), c, weights.flatten(1))
+                dp = dp.view_as(pf)
+            elif _native(bufs, dh):  # the readers scatter (AttnRes.gather = False)
+                dp, du = cpu_kernels.ops().merge_backward(
+                    dh.flatten(0, 1).contiguous(),
                     pf.flatten(0, 1).contiguous(),
                     dp_later.flatten(0, 1).contiguous(),
                     uf.contiguous(),
                     weights.flatten(1),
                     bufs.values[:k].flatten(1, 2),
-                    dh.new_empty(0) if gather else bufs.written_value_grad(k).flatten(1, 2),
+                    bufs.written_value_grad(k).flatten(1, 2),
                     r.flatten(),
                     logit.flatten(),
                     keep.flatten(),
                     bufs.logit_grad[:k, ctx.query].flatten(1),
-                    not gather,
                 )
-                if gather:  # the slots gather this query's value share later (_gather): keep what they need
-                    bufs.pending[ctx.query] = (flat_dh, keep.flatten(), None, weights.flatten(1))
                 dp = dp.view_as(pf)
             elif _fused(bufs):
                 dlogits, dp, du = fused_kernels.fused_merge_backward(

@@ -256,9 +256,10 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
     expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
     assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
-    # the slots gather their readers' gradients (gather_backward), from a block's first query (row_dots) and merges
-    native = {"deposit_forward", "phase1_forward", "rms_norm_backward", "gather_backward", "row_dots"}
-    native |= {"merge_forward", "merge_backward"} if merges else set()
+    # the slots gather their readers' gradients (deposit_backward), from a block's first query (row_dots) and merges
+    # (merge_backward_kept: a merge leaves its softmax backward to the slots and reads none of them)
+    native = {"deposit_forward", "phase1_forward", "rms_norm_backward", "deposit_backward", "row_dots"}
+    native |= {"merge_forward", "merge_backward_kept"} if merges else set()
     assert native_calls == (native if path == "native" else set())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
@@ -278,25 +279,30 @@ def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_ca
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("gather", [True, False], ids=["gather", "scatter"])
 @pytest.mark.parametrize("layer", [3, 4, 6], ids=["block-start", "merge", "merge-late"])
 @PATHS
-def test_gradients_from_an_inner_sublayer_match_the_reference(layer, path, path_calls):
+def test_gradients_from_an_inner_sublayer_match_the_reference(layer, gather, path, path_calls):
     """A loss on one sublayer's input h_l, not on the logits: the final aggregation and the later blocks get
     no gradient, so the first reader to run backward is a block's phase 1 or a merge, and some slots are
     never read by anything that differentiates (the gradient buffers must not be assumed zero-filled).
-    fp64 to rounding; fp32 for the native kernels, which run in fp32 only."""
+    fp64 to rounding; fp32 for the native kernels, which run in fp32 only. With the slots gathering their gradients
+    (the default) and with the readers scattering them (``AttnRes.gather = False``)."""
     fused, _, native_calls = path_calls
     fp32, fp64 = (torch.float32, {"rtol": 1e-4, "atol": 1e-5}), (torch.float64, {"rtol": 1e-10, "atol": 1e-12})
     dtype, tol = fp32 if path == "native" else fp64
     torch.manual_seed(0)
     cfg = small("block", 3)  # 8 sublayers in blocks of 3, 3, 2: layer 3 starts block 1, 4 and 6 merge
     fast, ref = fast_and_reference(cfg, fused, dtype=dtype)
+    fast.depth.gather = gather
     x = tokens(cfg)
     probe = torch.randn(3, cfg.seq_len, cfg.d_model, dtype=dtype)
     for model in (fast, ref):
         inputs, _ = capture(model, x)
         (inputs[layer] * probe).sum().backward()
-    assert ("merge_backward" in native_calls) == (path == "native")  # block 0 merges: every layer here reads it
+    # block 0 merges, and every layer here reads it
+    assert ("merge_backward_kept" in native_calls) == (path == "native" and gather)
+    assert ("merge_backward" in native_calls) == (path == "native" and not gather)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None:
@@ -324,7 +330,7 @@ def test_full_attnres_gathers_the_slots_gradients_from_an_inner_sublayer(layer, 
         inputs, _ = capture(model, x)
         loss = model(x).square().mean() if layer is None else (inputs[layer] * probe).sum()
         loss.backward()
-    assert ("gather_backward" in native_calls) == (path == "native" and gather)
+    assert ("deposit_backward" in native_calls) == (path == "native" and gather)
     assert ("slot_backward" in native_calls) == (path == "native" and not gather)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
         assert (p.grad is None) == (q.grad is None), name

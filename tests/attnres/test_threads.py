@@ -87,7 +87,7 @@ def test_the_merge_kernels_query_gradient_is_the_same_bits_at_1_and_2_threads():
     def backward():
         value_grad, logit_grad = torch.zeros(k, n, d), torch.zeros(k, n)
         dp, du = cpu_kernels.ops().merge_backward(
-            dh, p, later, u, weights, values, value_grad, r, logit, keep, logit_grad, True
+            dh, p, later, u, weights, values, value_grad, r, logit, keep, logit_grad
         )
         return dp, du, value_grad, logit_grad
 
