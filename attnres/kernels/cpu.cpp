@@ -218,7 +218,7 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
 // logits' gradient. No slot is read: with h = p + keep (out - p), <dh, h - p> = keep (<dh, out> - <dh, p>), so the
 // score's gradient is dscore = (1 - keep) <dh, h - p>, and the softmax's backward on slot j, w_j (keep <v_j, dh> -
 // keep <dh, out> + dscore), is w_j (keep <v_j, dh> - c) with c = keep <dh, h>: deposit_backward forms <v_j, dh> while
-// it reads both rows anyway. (merge_backward read the k slots for those dot products: k of this kernel's five passes.)
+// it reads both rows anyway. (merge_backward, for the scatter, reads the k slots for those: k + 5 passes, not 5.)
 std::vector<torch::Tensor> merge_backward_kept(const torch::Tensor& dh, const torch::Tensor& p, const torch::Tensor& h,
                                                const torch::Tensor& dp_later, const torch::Tensor& u,
                                                const torch::Tensor& r, const torch::Tensor& logit,
@@ -462,7 +462,7 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
   return {dx, dzr};
 }
 
-// <a_t, b_t> for each row t of a, b (N, D): a query's <out, g> for gather_backward.
+// <a_t, b_t> for each row t of a, b (N, D): a block's first query's c = <out, g> for deposit_backward.
 torch::Tensor row_dots(const torch::Tensor& a, const torch::Tensor& b) {
   check(a, "a", 2), check(b, "b", 2);
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && a.sizes() == b.sizes(), "row_dots: two contiguous (N, D)");
