@@ -28,7 +28,6 @@ void check(const torch::Tensor& x, const char* name, int64_t dim) {
 constexpr int64_t kGrain = 64;    // tokens per task: 64 rows of D floats per stream
 constexpr int64_t kColumns = 16;  // columns per task of a sum over the tokens: one 64-byte cache line of a row
 
-
 // Eight floats as one vector (GCC's and Clang's vector extension: AVX on x86, NEON pairs on ARM). combine keeps its
 // partial sums in two of them; a plain array there, GCC vectorised the loop over the columns instead, with gathers.
 typedef float f32x8 __attribute__((vector_size(32)));
@@ -384,7 +383,8 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 // added now) and r = 1/rms(x):
 //     dx = sum_q w_q s_q g_q + (r dz)^T u - (r^2 / D) (sum_q dz_q z_q) x      (z_q = r <x, u_q>, dr/dx = -r^3 x / D)
 // returned with r dz (Q', N), whose product with x (du = (r dz) x, a sum over the tokens) the caller forms (a BLAS
-// product: as a pass of this kernel's, its columns split over the threads as sum_rows does, it took 2.4x as long). Each
+// product: as one more pass of this kernel's, its columns split over the threads as sum_rows does, the kernel took
+// 2.5x as long). Each
 // token's slot row and gradient row stay in L1 while every reader's row is read once: the slot's backward reads
 // each reader's gradient once and writes dx once, a third of the traffic of adding each reader's share into a
 // slot-gradient buffer as it comes (slot_backward, merge_backward), and none for the logits' path (three more
