@@ -378,7 +378,9 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 // logits' path. Reader q's output got the gradient s_q g_q, g_q (N, D) with scale s_q (N) (a merge's keep; empty: 1);
 // its softmax weight on this slot is w_q (N); readers come in descending query order. A reader that left its logits'
 // gradient to the slot (a block's first query, c_q = <out_q, g_q>; a merge, c_q from merge_backward_kept) adds
-// w_q (s_q <x, g_q> - c_q) to its row of the slot's logit gradient; an empty c_q formed it itself. Then, with z the
+// w_q (s_q <x, g_q> - c_q) to its row of the slot's logit gradient; an empty c_q formed it itself. A reader that
+// gives its phase-1 output out_q (N, D) has c_q formed here first, into c_q, while g_q's row is at hand (the first
+// slot to gather a block's first query; the later ones get c_q). Then, with z the
 // slot's logit rows (Q', N) against the queries u (Q', D) that read it, dz their gradient (Q', N, every reader's
 // added now) and r = 1/rms(x):
 //     dx = sum_q w_q s_q g_q + (r dz)^T u - (r^2 / D) (sum_q dz_q z_q) x      (z_q = r <x, u_q>, dr/dx = -r^3 x / D)
@@ -392,7 +394,8 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
                                             const std::vector<torch::Tensor>& scales,
                                             const std::vector<torch::Tensor>& weights,
-                                            const std::vector<torch::Tensor>& dots_out,
+                                            std::vector<torch::Tensor> dots_out,
+                                            const std::vector<torch::Tensor>& outs,
                                             std::vector<torch::Tensor> logit_grads, const torch::Tensor& logit_rows,
                                             const torch::Tensor& logits, const torch::Tensor& r,
                                             const torch::Tensor& u) {
@@ -401,18 +404,24 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
   const int64_t n = x.size(0), d = x.size(1), readers = static_cast<int64_t>(grads.size()), queries = u.size(0);
   TORCH_CHECK(x.is_contiguous() && static_cast<int64_t>(weights.size()) == readers &&
                   static_cast<int64_t>(scales.size()) == readers &&
-                  static_cast<int64_t>(dots_out.size()) == readers &&
+                  static_cast<int64_t>(dots_out.size()) == readers && static_cast<int64_t>(outs.size()) == readers &&
                   static_cast<int64_t>(logit_grads.size()) == readers,
-              "deposit_backward: a contiguous slot and one gradient, weight row, dot and logit row per reader");
+              "deposit_backward: a contiguous slot and one gradient, weight row, dot, output and logit row per reader");
   TORCH_CHECK(u.is_contiguous() && u.size(1) == d && r.is_contiguous() && r.size(0) == n &&
                   logit_rows.size(0) == queries && logit_rows.size(1) == n && logits.size(0) == queries &&
                   logits.size(1) == n,
               "deposit_backward: logit rows (Q', N) and queries (Q', D) that match the slot");
-  std::vector<const float*> G, S, W, C;
-  std::vector<float*> LG;
+  std::vector<const float*> G, S, W, O;
+  std::vector<float*> C, LG;
   for (int64_t q = 0; q < readers; ++q) {
     check(grads[q], "grad", 2), check(weights[q], "weights", 1);
     if (dots_out[q].numel() > 0) check(dots_out[q], "dots_out", 1);
+    if (outs[q].numel() > 0) {
+      check(outs[q], "out", 2);
+      TORCH_CHECK(outs[q].is_contiguous() && outs[q].sizes() == x.sizes() && dots_out[q].numel() == n,
+                  "deposit_backward: a reader's output is (N, D), with a c row to form");
+    }
+    O.push_back(outs[q].numel() > 0 ? outs[q].data_ptr<float>() : nullptr);
     if (scales[q].numel() > 0) {
       check(scales[q], "scale", 1);
       TORCH_CHECK(scales[q].size(0) == n, "deposit_backward: a scale per token");
@@ -445,6 +454,7 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
       for (int64_t q = 0; q < readers; ++q) {
         const float* gt = G[q] + t * d;
         const float s = S[q] ? S[q][t] : 1.f, w = W[q][t];
+        if (O[q]) C[q][t] = dot(O[q] + t * d, gt, d);
         if (C[q]) LG[q][t] += w * (s * dot(xt, gt, d) - C[q][t]);
         rows[q] = gt, coefs[q] = w * s;
       }
@@ -460,20 +470,6 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
     }
   });
   return {dx, dzr};
-}
-
-// <a_t, b_t> for each row t of a, b (N, D): a block's first query's c = <out, g> for deposit_backward.
-torch::Tensor row_dots(const torch::Tensor& a, const torch::Tensor& b) {
-  check(a, "a", 2), check(b, "b", 2);
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && a.sizes() == b.sizes(), "row_dots: two contiguous (N, D)");
-  const int64_t n = a.size(0), d = a.size(1);
-  torch::Tensor out = torch::empty({n}, a.options());
-  const float *A = a.data_ptr<float>(), *B = b.data_ptr<float>();
-  float* O = out.data_ptr<float>();
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) O[t] = dot(A + t * d, B + t * d, d);
-  });
-  return out;
 }
 
 // RMSNorm's backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps) (the forward is torch's, which also returns r):
@@ -523,5 +519,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm_backward", &rms_norm_backward, "RMSNorm, backward (CPU, fp32)");
   m.def("merge_backward_kept", &merge_backward_kept, "phase-2 merge, backward, its slots' share left (CPU, fp32)");
   m.def("deposit_backward", &deposit_backward, "a slot's backward: its readers' share and its logits (CPU, fp32)");
-  m.def("row_dots", &row_dots, "row-wise dot products (CPU, fp32)");
 }

@@ -44,7 +44,7 @@ length, k completed slots.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -52,6 +52,18 @@ from torch.autograd import Function
 
 from attnres.kernels import cpu as cpu_kernels
 from attnres.kernels import fused as fused_kernels
+
+
+class Kept(NamedTuple):
+    """What a reader keeps for the slots it read to gather (``Buffers.pending``; :func:`_gather`)."""
+
+    grad: Tensor  # g: its phase-1 output got s * g, (N, D)
+    scale: Tensor | None  # s (N): a merge's keep; None for 1
+    c: Tensor | None  # (N) for the softmax backward the slots form; None when the reader formed it itself
+    weights: Tensor  # its softmax weights over the slots, (k, N)
+    # natively, a block's first query keeps its phase-1 output (N, D) instead of c = <out, g>, and the first slot to
+    # gather it forms c into ``c`` (unfilled until then) while it reads g anyway: one pass over out, not over both
+    out: Tensor | None = None
 
 
 class Buffers:
@@ -67,9 +79,8 @@ class Buffers:
         # a reader keeps its gradient and a slot's backward gathers every reader's share (Deposit, _gather), instead
         # of each reader adding its share into a gradient buffer of every slot it read (the module docstring)
         self.gather = gather
-        # gather: query -> (its gradient g (N, D), its scale s (N) or None for 1, <out, g> (N) or None when the reader
-        # formed its logits' gradient itself (a merge), its softmax weights (k, N))
-        self.pending: dict[int, tuple[Tensor, Tensor | None, Tensor | None, Tensor]] = {}
+        # gather: query -> what it kept for the slots it read
+        self.pending: dict[int, Kept] = {}
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
@@ -281,8 +292,10 @@ class Phase1(Function):
                 with _no_autocast(weights):
                     grad = douts[0].to(weights.dtype).flatten(0, 1).contiguous()  # (N, D)
                     out = outs[0].to(weights.dtype).flatten(0, 1).contiguous()
-                    dot_out = cpu_kernels.ops().row_dots(out, grad) if _native(bufs, grad) else (out * grad).sum(-1)
-                    bufs.pending[q0] = (grad, None, dot_out, weights[0].flatten(1))
+                    if _native(bufs, grad):  # c = <out, g> is formed by the first slot to gather it
+                        bufs.pending[q0] = Kept(grad, None, grad.new_empty(grad.shape[0]), weights[0].flatten(1), out)
+                    else:
+                        bufs.pending[q0] = Kept(grad, None, (out * grad).sum(-1), weights[0].flatten(1))
             return (None,) * len(ctx.needs_input_grad)
         present = [s for s, dout in enumerate(douts) if dout is not None]
         with _no_autocast(weights):
@@ -331,7 +344,10 @@ def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
     x = bufs.values[slot].flatten(0, 1)  # (N, D)
     dx = None
     for q in readers:
-        grad, scale, c, w = bufs.pending[q]
+        grad, scale, c, w, out = bufs.pending[q]
+        if out is not None:  # kept for the native kernel to form c (its first slot ran in torch ops after all)
+            torch.sum(out * grad, -1, out=c)
+            bufs.pending[q] = bufs.pending[q]._replace(out=None)
         w, lg = w[slot], bufs.logit_grad[slot, q].view(-1)
         if c is not None:
             lg.add_(((x * grad).sum(-1) - c).mul_(w))
@@ -352,16 +368,20 @@ def _gather_native(bufs: Buffers, slot: int, first: int, u: Tensor) -> tuple[Ten
     empty = x.new_empty(0)
     dx, dzr = cpu_kernels.ops().deposit_backward(
         x,
-        [grad for grad, _, _, _ in kept],
-        [empty if scale is None else scale for _, scale, _, _ in kept],
-        [w[slot] for _, _, _, w in kept],
-        [empty if c is None else c for _, _, c, _ in kept],
+        [k.grad for k in kept],
+        [empty if k.scale is None else k.scale for k in kept],
+        [k.weights[slot] for k in kept],
+        [empty if k.c is None else k.c for k in kept],
+        [empty if k.out is None else k.out for k in kept],  # c = <out, g> to form first, into k.c
         [bufs.logit_grad[slot, q].view(-1) for q in readers],
         bufs.logit_grad[slot, first:].flatten(1),
         bufs.logits[slot, first:].flatten(1),
         bufs.inv_rms[slot].flatten(),
         u[first:].contiguous(),
     )
+    for q, k in zip(readers, kept):
+        if k.out is not None:  # its c is formed now: later slots read it, and out is let go
+            bufs.pending[q] = k._replace(out=None)
     if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
         bufs.pending.clear()
     return dx.view_as(bufs.values[slot]), dzr
@@ -385,7 +405,7 @@ def _slot_grads(
     dot_out: Tensor,
     scale: Tensor | float,
     dscore: Tensor | None,
-    gather: tuple | None = None,
+    gather: Kept | None = None,
 ) -> None:
     """The completed slots' share of the backward of one query (eager).
 
@@ -503,7 +523,7 @@ class Merge(Function):
                     keep.flatten(),
                 )
                 # what the slots' deposit_backward needs: this query's gradient, its keep, c = keep <dh, h>, weights
-                bufs.pending[ctx.query] = (flat_dh, keep.flatten(), c, weights.flatten(1))
+                bufs.pending[ctx.query] = Kept(flat_dh, keep.flatten(), c, weights.flatten(1))
                 dp = dp.view_as(pf)
             elif _native(bufs, dh):  # the readers scatter (AttnRes.gather = False)
                 dp, du = cpu_kernels.ops().merge_backward(
@@ -545,7 +565,7 @@ class Merge(Function):
                 # out's gradient: keep * dh; with gather, the slots take their value share later (_gather)
                 kept = None
                 if bufs.gather:
-                    kept = (dh.flatten(0, 1).contiguous(), keep.flatten(), None, weights.flatten(1))
+                    kept = Kept(dh.flatten(0, 1).contiguous(), keep.flatten(), None, weights.flatten(1))
                 _slot_grads(bufs, ctx.query, weights, dh, dots, dot_out, keep, dscore, kept)
                 # logit = r (p . u) and dlogit/dp = r u - r^2 logit p / D; with a = -dscore r and
                 # c = dscore logit r^2 / D:  dp = (1 - keep) dh + a u + c p, du = sum over tokens of a p

@@ -20,6 +20,7 @@ from attnres.config import ConfigError
 from attnres.costs import count_flops, count_params, depth_sources
 from attnres.kernels import cpu as cpu_kernels
 from attnres.kernels import fused as fused_kernels
+from attnres.kernels import two_phase
 from tests.conftest import compiles_for_cpu, needs_cxx
 
 VARIANTS = [("baseline", 1), ("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)]
@@ -256,9 +257,9 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
     expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
     assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
-    # the slots gather their readers' gradients (deposit_backward), from a block's first query (row_dots) and merges
+    # the slots gather their readers' gradients (deposit_backward), from a block's first query and merges
     # (merge_backward_kept: a merge leaves its softmax backward to the slots and reads none of them)
-    native = {"deposit_forward", "phase1_forward", "rms_norm_backward", "deposit_backward", "row_dots"}
+    native = {"deposit_forward", "phase1_forward", "rms_norm_backward", "deposit_backward"}
     native |= {"merge_forward", "merge_backward_kept"} if merges else set()
     assert native_calls == (native if path == "native" else set())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
@@ -307,6 +308,37 @@ def test_gradients_from_an_inner_sublayer_match_the_reference(layer, gather, pat
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None:
             torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+
+
+@needs_cxx
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
+def test_a_first_querys_deferred_dot_is_formed_by_a_torch_ops_gather_too(residual, n_blocks, monkeypatch):
+    """Natively, a block's first query leaves c = <out, g> for the first slot's kernel to form (two_phase.Kept.out);
+    should that slot's backward run in torch ops instead (``_gather``), it forms c itself. Here every (B, T, D) tensor
+    takes the torch ops and the (N, D) rows of phase 1's backward the native path, against the reference."""
+    real = two_phase._native
+
+    def native(bufs, *tensors):
+        return real(bufs, *tensors) and all(x is None or x.dim() != 3 for x in tensors)
+
+    monkeypatch.setattr(two_phase, "_native", native)
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    fast, ref = fast_and_reference(cfg, fused=False)
+    x, target = tokens(cfg), tokens(cfg, seed=1)
+    kept_outs = []
+    gather = two_phase._gather
+
+    def spy(bufs, slot, first):
+        kept_outs.extend(q for q, k in bufs.pending.items() if k.out is not None)
+        return gather(bufs, slot, first)
+
+    monkeypatch.setattr(two_phase, "_gather", spy)
+    for model in (fast, ref):
+        F.cross_entropy(model(x).flatten(0, 1), target.flatten()).backward()
+    assert kept_outs  # the deferred path ran
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("gather", [True, False], ids=["gather", "scatter"])
