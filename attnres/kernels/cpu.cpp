@@ -104,6 +104,16 @@ void sum_rows(const float* A, const float* P, int64_t n, int64_t d, float* out) 
   });
 }
 
+// A merge's dp row (dp = dp_later + (1 - keep) dh + a u + c p, with a = -dscore r and c = dscore logit r^2 / D: p's
+// gradient through h = p + keep (out - p) and through its logit) for token t; returns a, whose sum with p is du.
+inline float merge_dp_row(float dscore, float kp, float rt, float logit, float inv_d, const float* dht, const float* pt,
+                          const float* lt, const float* U, float* dpt, int64_t d) {
+  const float rest = 1.f - kp, a = -dscore * rt, c = dscore * logit * rt * rt * inv_d;
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
+  return a;
+}
+
 }  // namespace
 
 // out, last, prev (N, D) (prev may be empty: p = last), u (D), lse (N) -> h, keep, 1/rms(p), logit, p
@@ -200,12 +210,7 @@ std::vector<torch::Tensor> merge_backward(const torch::Tensor& dh, const torch::
 #pragma omp simd
         for (int64_t i = 0; i < d; ++i) gt[i] += coef * dht[i];
       }
-      const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
-      A[t] = a;
-      const float* lt = DL + t * d;
-      float* dpt = DP + t * d;
-#pragma omp simd
-      for (int64_t i = 0; i < d; ++i) dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
+      A[t] = merge_dp_row(dscore, kp, rt, G[t], inv_d, dht, pt, DL + t * d, U, DP + t * d, d);
     }
   });
   sum_rows(A, P, n, d, DU);
@@ -241,12 +246,7 @@ std::vector<torch::Tensor> merge_backward_kept(const torch::Tensor& dh, const to
       const float kp = K[t], rest = 1.f - kp, rt = R[t];
       const float dscore = (dhh - dhp) * rest;
       C[t] = kp * dhh;
-      const float a = -dscore * rt, c = dscore * G[t] * rt * rt * inv_d;
-      A[t] = a;
-      const float* lt = DL + t * d;
-      float* dpt = DP + t * d;
-#pragma omp simd
-      for (int64_t i = 0; i < d; ++i) dpt[i] = lt[i] + rest * dht[i] + a * U[i] + c * pt[i];
+      A[t] = merge_dp_row(dscore, kp, rt, G[t], inv_d, dht, pt, DL + t * d, U, DP + t * d, d);
     }
   });
   sum_rows(A, P, n, d, DU);
@@ -378,7 +378,8 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 // logits' path. Reader q's output got the gradient s_q g_q, g_q (N, D) with scale s_q (N) (a merge's keep; empty: 1);
 // its softmax weight on this slot is w_q (N); readers come in descending query order. A reader that left its logits'
 // gradient to the slot (a block's first query, c_q = <out_q, g_q>; a merge, c_q from merge_backward_kept) adds
-// w_q (s_q <x, g_q> - c_q) to its row of the slot's logit gradient; an empty c_q formed it itself. A reader that
+// w_q (s_q <x, g_q> - c_q) to its row of the slot's logit gradient (row reader_rows[q] of logit_rows, below); an empty
+// c_q formed it itself. A reader that
 // gives its phase-1 output out_q (N, D) has c_q formed here first, into c_q, while g_q's row is at hand (the first
 // slot to gather a block's first query; the later ones get c_q). Then, with z the
 // slot's logit rows (Q', N) against the queries u (Q', D) that read it, dz their gradient (Q', N, every reader's
@@ -386,17 +387,16 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 //     dx = sum_q w_q s_q g_q + (r dz)^T u - (r^2 / D) (sum_q dz_q z_q) x      (z_q = r <x, u_q>, dr/dx = -r^3 x / D)
 // returned with r dz (Q', N), whose product with x (du = (r dz) x, a sum over the tokens) the caller forms (a BLAS
 // product: as one more pass of this kernel's, its columns split over the threads as sum_rows does, the kernel took
-// 2.5x as long). Each
-// token's slot row and gradient row stay in L1 while every reader's row is read once: the slot's backward reads
-// each reader's gradient once and writes dx once, a third of the traffic of adding each reader's share into a
-// slot-gradient buffer as it comes (slot_backward, merge_backward), and none for the logits' path (three more
-// passes over dx and x in torch ops).
+// 2.5x as long). Each token's slot row and gradient row stay in L1 while every reader's row is read once: the slot's
+// backward reads each reader's gradient once and writes dx once, a third of the traffic of adding each reader's
+// share into a slot-gradient buffer as it comes (slot_backward, merge_backward), and none for the logits' path (five
+// more passes over dx and x in torch ops).
 std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
                                             const std::vector<torch::Tensor>& scales,
                                             const std::vector<torch::Tensor>& weights,
                                             std::vector<torch::Tensor> dots_out,
                                             const std::vector<torch::Tensor>& outs,
-                                            std::vector<torch::Tensor> logit_grads, const torch::Tensor& logit_rows,
+                                            const std::vector<int64_t>& reader_rows, torch::Tensor logit_rows,
                                             const torch::Tensor& logits, const torch::Tensor& r,
                                             const torch::Tensor& u) {
   check(x, "x", 2), check(logit_rows, "logit_rows", 2), check(logits, "logits", 2), check(r, "r", 1);
@@ -405,7 +405,7 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
   TORCH_CHECK(x.is_contiguous() && static_cast<int64_t>(weights.size()) == readers &&
                   static_cast<int64_t>(scales.size()) == readers &&
                   static_cast<int64_t>(dots_out.size()) == readers && static_cast<int64_t>(outs.size()) == readers &&
-                  static_cast<int64_t>(logit_grads.size()) == readers,
+                  static_cast<int64_t>(reader_rows.size()) == readers,
               "deposit_backward: a contiguous slot and one gradient, weight row, dot, output and logit row per reader");
   TORCH_CHECK(u.is_contiguous() && u.size(1) == d && r.is_contiguous() && r.size(0) == n &&
                   logit_rows.size(0) == queries && logit_rows.size(1) == n && logits.size(0) == queries &&
@@ -427,15 +427,14 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
       TORCH_CHECK(scales[q].size(0) == n, "deposit_backward: a scale per token");
     }
     S.push_back(scales[q].numel() > 0 ? scales[q].data_ptr<float>() : nullptr);
-    check(logit_grads[q], "logit_grad", 1);
     TORCH_CHECK(grads[q].is_contiguous() && grads[q].size(0) == n && grads[q].size(1) == d &&
                     weights[q].size(0) == n && (dots_out[q].numel() == 0 || dots_out[q].size(0) == n) &&
-                    (dots_out[q].numel() == 0 || logit_grads[q].size(0) == n),
+                    reader_rows[q] >= 0 && reader_rows[q] < queries,
                 "deposit_backward: reader rows must match the slot");
     G.push_back(grads[q].data_ptr<float>()), W.push_back(weights[q].data_ptr<float>());
     const bool logit = dots_out[q].numel() > 0;
     C.push_back(logit ? dots_out[q].data_ptr<float>() : nullptr);
-    LG.push_back(logit ? logit_grads[q].data_ptr<float>() : nullptr);
+    LG.push_back(logit ? logit_rows.data_ptr<float>() + reader_rows[q] * logit_rows.stride(0) : nullptr);
   }
   torch::Tensor dx = torch::empty_like(x), dzr = torch::empty({queries, n}, x.options());
   const float *X = x.data_ptr<float>(), *LR = logit_rows.data_ptr<float>(), *Z = logits.data_ptr<float>();

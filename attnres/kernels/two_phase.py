@@ -373,7 +373,7 @@ def _gather_native(bufs: Buffers, slot: int, first: int, u: Tensor) -> tuple[Ten
         [k.weights[slot] for k in kept],
         [empty if k.c is None else k.c for k in kept],
         [empty if k.out is None else k.out for k in kept],  # c = <out, g> to form first, into k.c
-        [bufs.logit_grad[slot, q].view(-1) for q in readers],
+        [q - first for q in readers],  # each reader's row of the slot's logit gradient, the next argument
         bufs.logit_grad[slot, first:].flatten(1),
         bufs.logits[slot, first:].flatten(1),
         bufs.inv_rms[slot].flatten(),
