@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnres.config import ModelConfig
+from attnres.kernels.attention import causal_attention
 from attnres.kernels.rms_norm import rms_norm
 from attnres.mixers import AttnRes, DepthMixer, Recorder, build_mixer
 
@@ -95,7 +96,8 @@ class KVCache:
 
 
 class Attention(nn.Module):
-    """Sublayer f = RMSNorm -> causal multi-head self-attention (RoPE, SDPA) -> output projection."""
+    """Sublayer f = RMSNorm -> causal multi-head self-attention (RoPE; SDPA, or the native CPU kernels of
+    :mod:`attnres.kernels.attention`) -> output projection."""
 
     def __init__(self, cfg: ModelConfig, rotary: Rotary) -> None:
         super().__init__()
@@ -116,7 +118,7 @@ class Attention(nn.Module):
         if start == 0:
             if cache is not None:
                 cache.extend(block, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+            y = causal_attention(q, k, v)  # (B, H, T, hd); natively on CPU (attnres.kernels.attention)
         else:
             keys, values = cache.extend(block, k, v)
             # new token i (position start + i) sees positions 0 .. start + i; one new token sees them all

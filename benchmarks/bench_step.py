@@ -21,6 +21,8 @@ named with ``-ckpt`` (``block4-ckpt``) trains with ``runtime.checkpointing=subla
 backward; its peak memory beside the plain variant's is what activation checkpointing saves. A variant named with
 ``-scatter`` (``full-scatter``, ``block8-scatter``) forms the slots' gradients as before 2026-12-06, each reader
 adding its share into every slot's gradient buffer, instead of each slot gathering its readers' (``Buffers.gather``).
+A variant named with ``-sdpa`` (``baseline-sdpa``) runs the token attention through torch's SDPA instead of the
+native CPU kernels of ``attnres.kernels.attention`` (what CPU training used before 2026-12-07).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from attnres.config import ConfigError, ModelConfig
+from attnres.kernels import attention
 from attnres.kernels import cpu as cpu_kernels
 from attnres.mixers import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
@@ -47,11 +50,12 @@ from attnres.variants import Variant
 EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
 CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
 SCATTER = "-scatter"  # variant suffix: the slots' gradients scattered by the readers (AttnRes.gather = False)
+SDPA = "-sdpa"  # variant suffix: the token attention through torch's SDPA, without attnres.kernels.attention's kernels
 
 
 def base_name(name: str) -> str:
-    """The variant without its -eager / -ckpt / -scatter suffixes."""
-    return name.replace(EAGER, "").replace(CKPT, "").replace(SCATTER, "")
+    """The variant without its -eager / -ckpt / -scatter / -sdpa suffixes."""
+    return name.replace(EAGER, "").replace(CKPT, "").replace(SCATTER, "").replace(SDPA, "")
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
@@ -71,7 +75,7 @@ class Runner:
     autocast: bool
 
     def step(self) -> None:
-        with native_kernels(EAGER not in self.name):
+        with native_kernels(EAGER not in self.name), native_attention(SDPA not in self.name):
             with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.autocast):
                 logits = self.model(self.tokens[:, :-1])
                 loss = F.cross_entropy(logits.float().flatten(0, 1), self.tokens[:, 1:].flatten())
@@ -88,6 +92,16 @@ def native_kernels(enabled: bool) -> Iterator[None]:
         yield
     finally:
         cpu_kernels.enabled = saved
+
+
+@contextmanager
+def native_attention(enabled: bool) -> Iterator[None]:
+    """attnres.kernels.attention's CPU kernels for the token attention on or off (torch's SDPA) for the block."""
+    saved, attention.enabled = attention.enabled, enabled and attention.enabled
+    try:
+        yield
+    finally:
+        attention.enabled = saved
 
 
 def sync(device: torch.device) -> None:

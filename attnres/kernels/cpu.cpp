@@ -1,6 +1,7 @@
 // The two-phase depth attention's token-wise work on CPU, fp32: the deposit of a completed source, phase 1 (forward,
 // and the backward of a block's first query), the phase-2 merge (forward and backward) and the deposit's backward, one
-// pass over each token's rows; and RMSNorm's backward (every variant's sublayers and final norm), at its end.
+// pass over each token's rows; and RMSNorm's backward (every variant's sublayers and final norm), at its end. The token
+// attention's kernels are in attention.cpp, built into the same module.
 //
 // The math is that of attnres.kernels.two_phase's Deposit, Phase1 and Merge, line for line (see there and
 // docs/method.md). Eager PyTorch runs it as ten or so separate passes over (tokens, D) tensors; here every token's
@@ -509,6 +510,13 @@ std::vector<torch::Tensor> rms_norm_backward(const torch::Tensor& g, const torch
   return {dx, dw};
 }
 
+// attention.cpp: the token attention's causal forward and backward (one build, one module)
+std::vector<torch::Tensor> attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                             double scale);
+std::vector<torch::Tensor> attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                              const torch::Tensor& out, const torch::Tensor& lse,
+                                              const torch::Tensor& dout, double scale);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("deposit_forward", &deposit_forward, "deposit a completed source into its slot (CPU, fp32)");
   m.def("phase1_forward", &phase1_forward, "phase 1, forward (CPU, fp32)");
@@ -518,4 +526,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm_backward", &rms_norm_backward, "RMSNorm, backward (CPU, fp32)");
   m.def("merge_backward_kept", &merge_backward_kept, "phase-2 merge, backward, its slots' share left (CPU, fp32)");
   m.def("deposit_backward", &deposit_backward, "a slot's backward: its readers' share and its logits (CPU, fp32)");
+  m.def("attention_forward", &attention_forward, "causal token attention, forward (CPU, fp32)");
+  m.def("attention_backward", &attention_backward, "causal token attention, backward (CPU, fp32)");
 }

@@ -42,7 +42,7 @@ from attnres.runtime import cpu_cores
 if TYPE_CHECKING:
     from attnres.config import RunConfig
 
-SOURCE = Path(__file__).with_name("cpu.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("cpu.cpp", "attention.cpp"))
 BUILD_LOCK_FILE = "build.flock"  # held (attnres.storage.locks) by the process building or loading the kernels
 enabled = os.environ.get("ATTNRES_NATIVE", "1") != "0"  # tests and benchmarks switch it to compare with eager
 
@@ -90,7 +90,7 @@ def ops() -> ModuleType | None:
             cflags, ldflags = _flags()
             return cpp_extension.load(
                 name="attnres_depth_native",
-                sources=[str(SOURCE)],
+                sources=[str(path) for path in SOURCES],
                 build_directory=str(build),
                 extra_cflags=cflags,
                 extra_ldflags=ldflags,
@@ -116,9 +116,11 @@ def _flags() -> tuple[list[str], list[str]]:
 
 def build_key() -> str:
     """What a build depends on: torch, the CPU type (``-march=native`` ties a build to its CPU, so a home folder
-    shared by different nodes keeps one each), the source and the flags."""
+    shared by different nodes keeps one each), the sources and the flags."""
     cflags, ldflags = _flags()
-    digest = hashlib.sha1(SOURCE.read_bytes() + " ".join(cflags + ["|"] + ldflags).encode()).hexdigest()[:10]
+    digest = hashlib.sha1(
+        b"".join(path.read_bytes() for path in SOURCES) + " ".join(cflags + ["|"] + ldflags).encode()
+    ).hexdigest()[:10]
     return f"torch-{torch.__version__}-{_cpu_tag()}-{digest}"
 
 

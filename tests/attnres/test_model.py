@@ -261,6 +261,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     # (merge_backward_kept: a merge leaves its softmax backward to the slots and reads none of them)
     native = {"deposit_forward", "phase1_forward", "rms_norm_backward", "deposit_backward"}
     native |= {"merge_forward", "merge_backward_kept"} if merges else set()
+    native |= {"attention_forward", "attention_backward"}  # the token attention's (head_dim 16)
     assert native_calls == (native if path == "native" else set())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
@@ -508,7 +509,8 @@ FLOP_CONFIGS = [(2, 64, 4, 32, 256), (4, 128, 4, 128, 256), (3, 96, 2, 64, 512)]
 def test_flop_counter_matches_torch_flop_counter(residual, n_blocks, n_layer, d_model, n_head, seq_len, vocab):
     """Within 2 % of FlopCounterMode, forward and training. On CPU the fused SDPA kernel has no FLOP
     formula registered with FlopCounterMode, so attention runs through the math backend here, which
-    FlopCounterMode counts as its two batched matmuls over the full T x T."""
+    FlopCounterMode counts as its two batched matmuls over the full T x T; the native attention of
+    attnres.kernels.attention (head_dim 32 and 64 here) registers the same count."""
     cfg = ModelConfig(
         n_layer=n_layer,
         d_model=d_model,
@@ -680,16 +682,20 @@ def test_a_launcher_builds_the_native_kernels_only_for_runs_that_use_them(monkey
 
 
 def test_the_kernel_build_is_keyed_on_its_source_and_flags(monkeypatch, tmp_path):
-    """A changed source or flag gives a new build folder (so a build happens exactly when its folder has no module,
-    and is announced); an unchanged one the same folder, whichever ninja is on PATH."""
-    source = tmp_path / "cpu.cpp"
-    source.write_bytes(cpu_kernels.SOURCE.read_bytes())
-    monkeypatch.setattr(cpu_kernels, "SOURCE", source)
-    key = cpu_kernels.build_key()
+    """A changed source (either of them) or flag gives a new build folder (so a build happens exactly when its folder
+    has no module, and is announced); an unchanged one the same folder, whichever ninja is on PATH."""
+    sources = []
+    for path in cpu_kernels.SOURCES:
+        sources.append(tmp_path / path.name)
+        sources[-1].write_bytes(path.read_bytes())
+    monkeypatch.setattr(cpu_kernels, "SOURCES", tuple(sources))
+    keys = [cpu_kernels.build_key()]
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert cpu_kernels.build_key() == key
-    source.write_bytes(source.read_bytes() + b"\n// a change\n")
-    assert cpu_kernels.build_key() != key
+    assert cpu_kernels.build_key() == keys[0]
+    for source in sources:
+        source.write_bytes(source.read_bytes() + b"\n// a change\n")
+        keys.append(cpu_kernels.build_key())
+    assert len(set(keys)) == len(sources) + 1, keys
 
 
 def test_the_kernels_build_with_this_environments_ninja(monkeypatch, tmp_path):

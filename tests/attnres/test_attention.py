@@ -1,0 +1,127 @@
+"""The token attention's native CPU kernels (attnres.kernels.attention): torch's SDPA to rounding, forward and
+backward, where they run and where they do not, and the same bits at any thread count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnres.kernels import attention
+from attnres.kernels import cpu as cpu_kernels
+from tests.conftest import compiles_for_cpu, needs_cxx
+
+pytestmark = needs_cxx
+
+
+@pytest.fixture
+def native_calls(monkeypatch) -> list[str]:
+    """Names of the native kernels that ran, in order, filled as the test runs."""
+    monkeypatch.setattr(cpu_kernels, "enabled", True)
+    real = cpu_kernels.ops()
+    calls: list[str] = []
+
+    class Spy:
+        def __getattr__(self, name):
+            def run(*args, _fn=getattr(real, name)):  # noqa: B008 - bound now, on purpose
+                calls.append(name)
+                return _fn(*args)
+
+            return run
+
+    monkeypatch.setattr(cpu_kernels, "ops", Spy)
+    return calls
+
+
+def qkv(b: int, h: int, t: int, hd: int, dtype=torch.float64, seed: int = 0) -> list[torch.Tensor]:
+    """q, k, v as the model makes them: views of one (B, T, 3, H, hd) projection, so v's rows are strided."""
+    gen = torch.Generator().manual_seed(seed)
+    fused = torch.randn(b, t, 3, h, hd, generator=gen, dtype=dtype).permute(2, 0, 3, 1, 4)
+    return [fused[0].contiguous(), fused[1].contiguous(), fused[2]]
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 37, 16), (16, 3, 128, 16), (2, 4, 70, 64), (1, 2, 1, 32), (2, 1, 9, 48)])
+def test_native_attention_is_sdpa_to_rounding_forward_and_backward(shape, native_calls):
+    """Against torch's SDPA in float64: as close as torch's own float32 SDPA is (odd lengths leave a partial tile of
+    rows and a partial block of keys; a single token attends to itself only)."""
+    ref = [x.requires_grad_() for x in qkv(*shape)]
+    out = F.scaled_dot_product_attention(*ref, is_causal=True)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out.backward(dout)
+    ours = [x.detach().float().requires_grad_() for x in ref]
+    got = attention.causal_attention(*ours)
+    got.backward(dout.float())
+    assert native_calls == ["attention_forward", "attention_backward"]
+    torch.testing.assert_close(got.double(), out.detach(), rtol=1e-5, atol=2e-6)
+    size = max(x.grad.abs().max().item() for x in ref)  # a single token's dq is 0 but for rounding
+    for mine, theirs in zip(ours, ref):
+        torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5 * size)
+
+
+def test_the_output_is_laid_out_for_the_projection(native_calls):
+    """The heads' concatenation after the attention, out.transpose(1, 2) as (B, T, H * hd), is a view, not a copy."""
+    out = attention.causal_attention(*[x.float() for x in qkv(2, 3, 8, 16)])
+    assert out.transpose(1, 2).is_contiguous()
+
+
+def test_it_runs_natively_only_where_it_applies(monkeypatch, native_calls):
+    """head_dim not a multiple of 16, float64, bf16 autocast, or the kernels off: torch's SDPA, to the bit."""
+    cases = [qkv(1, 2, 5, 8, torch.float32), qkv(1, 2, 5, 16, torch.float64)]
+    for q, k, v in cases:
+        assert torch.equal(attention.causal_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    q, k, v = [x.float() for x in qkv(1, 2, 5, 16)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(attention.causal_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    monkeypatch.setattr(cpu_kernels, "enabled", False)
+    assert torch.equal(attention.causal_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert native_calls == []
+
+
+def test_the_same_bits_at_one_and_two_threads(native_calls):
+    """One task per (batch, head) pair, each summed in one order: the thread count does not change a bit."""
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            q, k, v = [x.float().requires_grad_() for x in qkv(3, 3, 40, 16)]
+            out = attention.causal_attention(q, k, v)
+            out.square().sum().backward()
+            results.append([out.detach(), q.grad, k.grad, v.grad])
+    finally:
+        torch.set_num_threads(threads)
+    for one, two in zip(*results):
+        assert torch.equal(one, two)
+
+
+def test_fake_tensors_get_the_real_shapes_and_layout():
+    """The memory estimate runs the model on fake tensors: the operators' fake functions give what the kernels do."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = [x.float().requires_grad_() for x in qkv(2, 3, 8, 16)]
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(x).requires_grad_() for x in real]
+        out, lse = torch.ops.attnres.causal_attention(*fake, 0.25)
+        grads = torch.ops.attnres.causal_attention_backward(*fake, out, lse, out, 0.25)
+    want_out, want_lse = torch.ops.attnres.causal_attention(*real, 0.25)
+    want_grads = torch.ops.attnres.causal_attention_backward(*real, want_out, want_lse, want_out, 0.25)
+    for f, r in zip([out, lse, *grads], [want_out, want_lse, *want_grads]):
+        assert (f.shape, f.stride()) == (r.shape, r.stride())
+
+
+@pytest.mark.parametrize("marks", [compiles_for_cpu])
+def test_torch_compile_keeps_the_native_kernels(marks, native_calls):
+    """Compiled, the operators are opaque calls in the graph (forward and backward) with the eager results."""
+    q, k, v = qkv(2, 3, 24, 16, torch.float32)
+
+    def loss(q, k, v):
+        return attention.causal_attention(q, k, v).sin().sum()
+
+    grads = []
+    for fn in (loss, torch.compile(loss, fullgraph=True)):
+        inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+        fn(*inputs).backward()
+        grads.append([x.grad for x in inputs])
+    assert native_calls.count("attention_forward") == 2 and native_calls.count("attention_backward") == 2
+    for eager, compiled in zip(*grads):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
