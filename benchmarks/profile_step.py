@@ -33,6 +33,7 @@ from attnres.model import AttnResLM, compile_model  # noqa: E402
 GROUPS = (  # (group, substrings of the op name), first match wins
     ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv")),
     ("token attention", ("scaled_dot_product", "flash_attention", "_efficient_attention", "aten::_softmax")),
+    ("token attention", ("causal_attention",)),  # attnres.kernels.attention's operators, before "attnres" below
     ("depth mixing", ("attnres", "Deposit", "Phase1", "Merge", "depth")),
     ("norm", ("rms_norm", "layer_norm", "aten::rsqrt", "aten::norm")),
     ("optimizer", ("_foreach", "adam", "Adam", "lerp", "addcdiv", "addcmul")),

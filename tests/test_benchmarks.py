@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from attnres import AttnResLM
+from attnres.kernels import attention
 from attnres.kernels import cpu as cpu_kernels
 from benchmarks import bench_step
+from tests.conftest import needs_cxx
 
 
 def test_median_ci_covers_the_true_median_at_its_level():
@@ -80,6 +82,35 @@ def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
         bench_step.Runner(name, model, torch.optim.AdamW(model.parameters()), tokens, False).step()
         assert seen and set(seen) == {default and not name.endswith("-eager")}, name
         assert cpu_kernels.enabled == default  # switched back after the step
+
+
+@needs_cxx
+def test_an_sdpa_variant_runs_the_token_attention_through_torch(monkeypatch):
+    """``baseline-sdpa`` takes torch's SDPA for the token attention; ``baseline`` the native kernels (head_dim 16)."""
+    seen: list[bool] = []
+    native = attention.native
+    monkeypatch.setattr(attention, "native", lambda *xs: seen.append(native(*xs)) or seen[-1])
+    monkeypatch.setattr(cpu_kernels, "enabled", True)
+    tokens = torch.randint(0, 256, (2, 17))
+    for name in ("baseline-sdpa", "baseline"):
+        model = AttnResLM(bench_step.variant_config(name, 32, 2, 16, 2))
+        seen.clear()
+        bench_step.Runner(name, model, torch.optim.AdamW(model.parameters()), tokens, False).step()
+        assert seen and set(seen) == {not name.endswith("-sdpa")}, name
+        assert attention.enabled  # switched back after the step
+
+
+@needs_cxx
+def test_the_attention_benchmark_compares_both_kernels_side_by_side(capsys):
+    from benchmarks import bench_attention
+
+    assert bench_attention.main(["--shapes", "1x2x9x16", "--repeats", "3", "--warmup", "1"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["1x2x9x16"]]
+    assert [line[1] for line in lines] == ["fwd", "f+b"]
+    for line in lines:
+        sdpa_ms, native_ms, speedup = map(float, line[2:5])
+        low, high = float(line[5].strip("[,")), float(line[6].strip("]"))
+        assert sdpa_ms > 0 and native_ms > 0 and low <= speedup <= high
 
 
 @pytest.mark.parametrize(

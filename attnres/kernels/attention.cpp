@@ -154,6 +154,7 @@ std::vector<torch::Tensor> attention_forward(const torch::Tensor& q, const torch
           for (int64_t c = 0; c < hd; ++c) qbuf[r * hd + c] = sc * row[c];
         }
         tile_scores(qs, kt.data(), hd, tp, nb, s);
+        float inv[kR];
         for (int r = 0; r < kR; ++r) {  // row i0 + r: softmax over its keys 0 .. i0 + r
           const float minus_inf = -std::numeric_limits<float>::infinity();
           for (int64_t bb = 0; bb < nb; ++bb) store16(s[r] + bb * kW, past(load16(s[r] + bb * kW), bb * kW, i0 + r, minus_inf));
@@ -171,8 +172,7 @@ std::vector<torch::Tensor> attention_forward(const torch::Tensor& q, const torch
           }
           const float l = hsum(total);
           if (i0 + r < t_n) L[i0 + r] = top + std::log(l);
-          const float inv = 1.f / l;
-          for (int64_t j = 0; j < nb * kW; ++j) s[r][j] *= inv;
+          inv[r] = 1.f / l;  // the weights' sum, divided out of the row's output once
         }
         for (int64_t c0 = 0; c0 < hd; c0 += kW) {  // out = p @ v, a 16-column strip for the tile's rows at once
           f32x16 acc[kR] = {};
@@ -180,7 +180,7 @@ std::vector<torch::Tensor> attention_forward(const torch::Tensor& q, const torch
             const f32x16 vj = load16(V[j] + c0);
             for (int r = 0; r < kR; ++r) acc[r] += s[r][j] * vj;
           }
-          for (int r = 0; r < kR && i0 + r < t_n; ++r) store16(O + (i0 + r) * out.stride(2) + c0, acc[r]);
+          for (int r = 0; r < kR && i0 + r < t_n; ++r) store16(O + (i0 + r) * out.stride(2) + c0, acc[r] * inv[r]);
         }
       }
     }
