@@ -1,5 +1,6 @@
 """The deposit (forward and backward), phase 1 and the phase-2 merge of the depth attention, and RMSNorm's backward, as
-native CPU kernels (``cpu.cpp``), built on use.
+native CPU kernels (``cpu.cpp``), and the token attention's (``attention.cpp``, :mod:`attnres.kernels.attention`),
+built on use into one module.
 
 On CPU the depth attention is bound by memory traffic: eager PyTorch makes about ten passes over (tokens, D)
 tensors per merge, and inside a training step most of them come from memory, not cache. The kernels read each
