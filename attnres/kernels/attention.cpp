@@ -35,9 +35,12 @@ inline f32x16 load16(const float* p) {
 inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
 // exp(x) for x <= 0 (scores minus their row's maximum, or minus the row's log-sum-exp): 2^n exp(r) with
-// r = x - n ln 2 in [-ln2/2, ln2/2] and Cephes' degree-5 polynomial for exp(r) - 1 - r; x below -87 gives 0.
+// r = x - n ln 2 in [-ln2/2, ln2/2] and Cephes' degree-5 polynomial for exp(r) - 1 - r; x below -87 gives 0. Lanes
+// above 88 (a later key's score in backward, whose weight is then set to 0) are clamped first, so that the exponent's
+// conversion to an integer stays defined.
 inline f32x16 exp16(f32x16 x) {
-  const f32x16 lo = x < -87.0f ? f32x16{} - 87.0f : x;  // the comparison's lanes are -1 where true
+  f32x16 lo = x < -87.0f ? f32x16{} - 87.0f : x;  // the comparison's lanes are -1 where true
+  lo = lo > 88.0f ? f32x16{} + 88.0f : lo;
   const f32x16 t = lo * 1.44269504088896341f + 12582912.0f;  // round to nearest: 1.5 * 2^23
   const f32x16 n = t - 12582912.0f;
   const f32x16 r = (lo - n * 0.693359375f) + n * 2.12194440e-4f;
@@ -199,8 +202,12 @@ std::vector<torch::Tensor> attention_backward(const torch::Tensor& q, const torc
   check4(out, "out");
   check4(dout, "dout");
   const int64_t b_n = q.size(0), h_n = q.size(1), t_n = q.size(2), hd = q.size(3);
+  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes() && out.sizes() == q.sizes() && dout.sizes() == q.sizes(),
+              "q, k, v, out and dout must have one shape");
   TORCH_CHECK(hd % kW == 0, "attention_backward: head_dim must be a multiple of 16");
-  TORCH_CHECK(lse.is_contiguous() && lse.numel() == b_n * h_n * t_n, "lse must be a contiguous (B, H, T) tensor");
+  TORCH_CHECK(lse.device().is_cpu() && lse.scalar_type() == torch::kFloat32 && lse.is_contiguous() &&
+                  lse.numel() == b_n * h_n * t_n,
+              "lse must be a contiguous (B, H, T) CPU float32 tensor");
   torch::Tensor dq = torch::empty({b_n, h_n, t_n, hd}, q.options());
   torch::Tensor dk = torch::empty_like(dq), dv = torch::empty_like(dq);
   const int64_t tp = (t_n + kR + kW - 1) / kW * kW;

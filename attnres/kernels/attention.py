@@ -4,9 +4,10 @@ On CPU, torch's scaled_dot_product_attention runs the flash kernel, which forms 
 small GEMM calls; at the CPU studies' shapes (head_dim 16, 128 tokens) those calls are mostly overhead, and the token
 attention was a third of a deep, narrow training step, compiled or not (docs/performance.md). The kernels of
 ``attention.cpp`` (built with the others, :mod:`attnres.kernels.cpu`) do the same math in register tiles, only the
-causal half of the scores, about twice as fast forward and backward. They save what torch's flash kernel saves (q, k,
-v, the output and the log-sum-exp) and recompute the probabilities in backward; the results match torch's to
-rounding (fp32) and do not depend on the thread count (one task per batch row and head).
+causal half of the scores: 1.5 to 1.7 times as fast as torch's, forward and backward, there and at head_dim 64
+(``benchmarks/bench_attention.py``). They save what torch's flash kernel saves (q, k, v, the output and the
+log-sum-exp) and recompute the probabilities in backward; the results match torch's to rounding (fp32) and do not
+depend on the thread count (one task per batch row and head).
 
 Where: CPU fp32 tensors, head_dim a multiple of 16, autocast off, the native kernels on and built (``ATTNRES_NATIVE=0``
 turns them off). Everything else, a GPU, bf16, other head dims, and decoding's queries against a cache
@@ -41,12 +42,13 @@ def native(q: Tensor, k: Tensor, v: Tensor) -> bool:
     """Whether :func:`causal_attention` of these tensors runs the native kernels."""
     return (
         enabled
-        and q.shape[-1] % WIDTH == 0
-        and q.shape == k.shape == v.shape
-        and q.dim() == 4
-        and not torch.is_autocast_enabled(q.device.type)
-        and _built()
         and all(x.device.type == "cpu" and x.dtype == torch.float32 for x in (q, k, v))
+        and q.dim() == 4
+        and q.shape == k.shape == v.shape
+        and q.shape[-1] > 0
+        and q.shape[-1] % WIDTH == 0
+        and not torch.is_autocast_enabled("cpu")
+        and _built()  # last: a GPU run or another dtype never builds the CPU kernels
     )
 
 
@@ -97,11 +99,11 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tens
     q, k, v, scale = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
+    ctx.mark_non_differentiable(lse)  # for the backward only: a loss on it would get no gradient, so none is allowed
     ctx.scale = scale
 
 
 def _differentiate(ctx: Any, dout: Tensor, _dlse: Tensor | None) -> tuple[Tensor, Tensor, Tensor, None]:
-    # the log-sum-exp is for the backward only: causal_attention never hands it out, so no gradient reaches it
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.attnres.causal_attention_backward(q, k, v, out, lse, dout, ctx.scale)
     return dq, dk, dv, None

@@ -101,7 +101,8 @@ def ops() -> ModuleType | None:
         first_line = (str(err).strip().splitlines() or [""])[0]
         warnings.warn(
             f"attnres: could not build the native CPU kernels ({type(err).__name__}: {first_line}); using torch ops "
-            "for the depth attention and RMSNorm's backward instead (same results to rounding, slower). Set "
+            "for the depth attention, RMSNorm's backward and the token attention instead (same results to rounding, "
+            "slower). Set "
             "ATTNRES_NATIVE=0 to skip the attempt.",
             RuntimeWarning,
             stacklevel=2,
