@@ -125,6 +125,28 @@ def schedule_rates(cfg, steps: int) -> list[float]:
 
 
 @pytest.fixture
+def native_calls(monkeypatch) -> list[str]:
+    """Names of the native kernels (attnres.kernels.cpu and the token attention's) that ran, in order, filled as the
+    test runs; empty when the kernels are off (ATTNRES_NATIVE=0) or did not build."""
+    from attnres.kernels import cpu as cpu_kernels
+
+    calls: list[str] = []
+    real = cpu_kernels.ops() if cpu_kernels.enabled else None
+
+    class Spy:
+        def __getattr__(self, name):
+            def run(*args, _fn=getattr(real, name)):  # noqa: B008 - bound now, on purpose
+                calls.append(name)
+                return _fn(*args)
+
+            return run
+
+    if real is not None:
+        monkeypatch.setattr(cpu_kernels, "ops", Spy)
+    return calls
+
+
+@pytest.fixture
 def tiny_overrides() -> list[str]:
     return list(TINY)
 
