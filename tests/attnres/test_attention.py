@@ -27,6 +27,8 @@ def check_against_sdpa(q, k, v, dout, calls: list[str]) -> None:
     float32 SDPA is (within 3 times its error, or 1e-6 of the tensor's size where that error is smaller). ``q``,
     ``k``, ``v``, ``dout`` float64, in any layout; both float32 runs get copies of the same layouts."""
 
+    eager_out = None
+
     def run(dtype: torch.dtype, native: bool) -> list[torch.Tensor]:
         inputs = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]  # .to() keeps each tensor's strides
         attention.enabled = native
@@ -34,6 +36,8 @@ def check_against_sdpa(q, k, v, dout, calls: list[str]) -> None:
             out = attention.causal_attention(*inputs)
         finally:
             attention.enabled = True
+        nonlocal eager_out
+        eager_out = out
         out.backward(dout.to(dtype))
         return [out.detach().double()] + [x.grad.double() for x in inputs]
 
@@ -42,6 +46,7 @@ def check_against_sdpa(q, k, v, dout, calls: list[str]) -> None:
     assert calls == []
     ours = run(torch.float32, True)
     assert calls == ["attention_forward", "attention_backward"]
+    assert type(eager_out.grad_fn).__name__ == "_EagerBackward"  # eager: not through the operators' Python dispatch
     size = max(x.abs().max().item() for x in exact[1:])  # the gradients' scale (a single token's dq is 0 but rounding)
     for name, mine, theirs, truth in zip(("out", "dq", "dk", "dv"), ours, torch32, exact):
         scale = truth.abs().max().item() if name == "out" else size
