@@ -22,7 +22,7 @@ import torch
 from attnres.kernels import attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import median_ci  # noqa: E402  (a sibling script, not a package)
+from bench_step import median_ci, native_attention  # noqa: E402  (a sibling script, not a package)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,16 +50,15 @@ def bench_shape(shape: tuple[int, ...], repeats: int, warmup: int) -> dict:
 
     def forward(native: bool):
         def run() -> None:
-            attention.enabled = native
-            with torch.no_grad():
+            with native_attention(native), torch.no_grad():
                 attention.causal_attention(q, k, v)
 
         return run
 
     def training(native: bool):
         def run() -> None:
-            attention.enabled = native
-            attention.causal_attention(*leaves).backward(dout)
+            with native_attention(native):
+                attention.causal_attention(*leaves).backward(dout)
             for x in leaves:
                 x.grad = None
 
@@ -68,19 +67,15 @@ def bench_shape(shape: tuple[int, ...], repeats: int, warmup: int) -> dict:
     cases = {"fwd sdpa": forward(False), "fwd native": forward(True), "f+b sdpa": training(False)}
     cases["f+b native"] = training(True)
     times: dict[str, list[float]] = {name: [] for name in cases}
-    saved = attention.enabled
-    try:
-        for fn in cases.values():
-            for _ in range(warmup):
-                fn()
-        names = list(cases)
-        for rep in range(repeats):
-            for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                start = time.perf_counter()
-                cases[name]()
-                times[name].append(time.perf_counter() - start)
-    finally:
-        attention.enabled = saved
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    names = list(cases)
+    for rep in range(repeats):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            start = time.perf_counter()
+            cases[name]()
+            times[name].append(time.perf_counter() - start)
     row = {"shape": "x".join(map(str, shape))}
     for part in ("fwd", "f+b"):
         speedups = [s / n for s, n in zip(times[f"{part} sdpa"], times[f"{part} native"])]

@@ -33,8 +33,9 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -85,23 +86,23 @@ class Runner:
 
 
 @contextmanager
-def native_kernels(enabled: bool) -> Iterator[None]:
+def switched(kernels: ModuleType, enabled: bool) -> Iterator[None]:
+    """``kernels.enabled`` (a module of attnres.kernels) on or off for the block; kernels that are off stay off."""
+    saved, kernels.enabled = kernels.enabled, enabled and kernels.enabled
+    try:
+        yield
+    finally:
+        kernels.enabled = saved
+
+
+def native_kernels(enabled: bool) -> AbstractContextManager[None]:
     """attnres.kernels.cpu's CPU kernels on or off for the block (they are on by default where they build)."""
-    saved, cpu_kernels.enabled = cpu_kernels.enabled, enabled and cpu_kernels.enabled
-    try:
-        yield
-    finally:
-        cpu_kernels.enabled = saved
+    return switched(cpu_kernels, enabled)
 
 
-@contextmanager
-def native_attention(enabled: bool) -> Iterator[None]:
+def native_attention(enabled: bool) -> AbstractContextManager[None]:
     """attnres.kernels.attention's CPU kernels for the token attention on or off (torch's SDPA) for the block."""
-    saved, attention.enabled = attention.enabled, enabled and attention.enabled
-    try:
-        yield
-    finally:
-        attention.enabled = saved
+    return switched(attention, enabled)
 
 
 def sync(device: torch.device) -> None:
