@@ -407,8 +407,8 @@ class RuntimeConfig:
     progress_bar: bool = True
     """Show Lightning's progress bar."""
     compile: bool = False
-    """torch.compile the model (baseline, ablations) or each sublayer (Full / Block; plus fused depth kernels on
-    GPU)."""
+    """torch.compile the whole model (Full / Block AttnRes with their depth attention traced; on GPU each sublayer,
+    with the fused depth kernels)."""
     checkpointing: Literal["none", "sublayer"] = "none"
     """Activation checkpointing: sublayer recomputes each attention / MLP sublayer in backward instead of keeping
     its activations (the same gradients; the depth attention's own saved tensors are small and kept)."""

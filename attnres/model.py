@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from attnres.config import ModelConfig
 from attnres.kernels.attention import causal_attention
 from attnres.kernels.rms_norm import rms_norm
-from attnres.mixers import AttnRes, DepthMixer, Recorder, build_mixer
+from attnres.mixers import AttnRes, DepthMixer, Recorder, TracedAttnRes, build_mixer
 
 
 class RMSNorm(nn.Module):
@@ -234,20 +234,24 @@ class AttnResLM(nn.Module):
 
 
 def compile_model(model: AttnResLM, fuse_depth: bool) -> AttnResLM:
-    """``runtime.compile``: torch.compile what can be compiled, in place (``nn.Module.compile``), so parameter names
-    and checkpoints are those of the eager model (``torch.compile(model)`` would prefix them with ``_orig_mod.``).
+    """``runtime.compile``: torch.compile the model, in place (``nn.Module.compile``), so parameter names and
+    checkpoints are those of the eager model (``torch.compile(model)`` would prefix them with ``_orig_mod.``).
 
-    Baseline and ablation mixers: the whole model. Full / Block AttnRes: every sublayer, and with
-    ``fuse_depth`` the depth attention's element-wise work through the fused kernels of
-    :mod:`attnres.kernels.fused`. The hand-written autograd functions around them stay eager, because
-    tracing through them loses gradients (their backward accumulates into buffers that the compiled graph
-    does not see). Training fuses on GPU only: on CPU the depth work is bound by memory traffic and the fused
-    kernels measured no faster than the eager ones (slower for Full AttnRes; docs/performance.md).
+    The baseline and the ablation mixers: the whole model. Full / Block AttnRes: the whole model too, their depth
+    attention as :class:`~attnres.mixers.TracedAttnRes` (the two-phase equations in torch ops, with the same
+    parameter tensors), so that Inductor fuses and differentiates it inside the one graph; on CPU that steps faster
+    than the sublayers compiled around the native depth kernels (docs/performance.md). With ``fuse_depth`` (training
+    on GPU, where the whole graph has not been measured) as before: every sublayer compiled, and the hand-written
+    depth autograd of :class:`~attnres.mixers.AttnRes` eager around them with its element-wise work through the fused
+    kernels of :mod:`attnres.kernels.fused` (tracing through that autograd would lose gradients: its backward
+    accumulates into buffers that a compiled graph does not see).
     """
     if isinstance(model.depth, AttnRes):
-        model.depth.fused = fuse_depth
-        for sublayer in model.sublayers:
-            sublayer.compile()
-        return model
+        if fuse_depth:
+            model.depth.fused = True
+            for sublayer in model.sublayers:
+                sublayer.compile()
+            return model
+        model.depth = TracedAttnRes(model.cfg, like=model.depth)
     model.compile()
     return model

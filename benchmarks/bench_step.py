@@ -22,7 +22,11 @@ backward; its peak memory beside the plain variant's is what activation checkpoi
 ``-scatter`` (``full-scatter``, ``block8-scatter``) forms the slots' gradients as before 2026-12-06, each reader
 adding its share into every slot's gradient buffer, instead of each slot gathering its readers' (``Buffers.gather``).
 A variant named with ``-sdpa`` (``baseline-sdpa``) runs the token attention through torch's SDPA instead of the
-native CPU kernels of ``attnres.kernels.attention`` (what CPU training used before 2026-12-07).
+native CPU kernels of ``attnres.kernels.attention`` (what CPU training used before 2026-12-07). With ``--compile``, a
+Full / Block variant named with ``-sublayers`` (``block4-sublayers``) compiles each sublayer around the eager two-phase
+depth autograd (``attnres.mixers.AttnRes``; what ``runtime.compile`` did on CPU before 2026-12-07 and still does on
+GPU) instead of the whole model with the depth attention traced (``attnres.mixers.TracedAttnRes``); the ``depth ms``
+column times the eager two-phase mixer in both cases.
 """
 
 from __future__ import annotations
@@ -52,11 +56,14 @@ EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without at
 CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
 SCATTER = "-scatter"  # variant suffix: the slots' gradients scattered by the readers (AttnRes.gather = False)
 SDPA = "-sdpa"  # variant suffix: the token attention through torch's SDPA, without attnres.kernels.attention's kernels
+SUBLAYERS = "-sublayers"  # variant suffix, with --compile: each sublayer compiled around the eager two-phase AttnRes
 
 
 def base_name(name: str) -> str:
-    """The variant without its -eager / -ckpt / -scatter / -sdpa suffixes."""
-    return name.replace(EAGER, "").replace(CKPT, "").replace(SCATTER, "").replace(SDPA, "")
+    """The variant without its -eager / -ckpt / -scatter / -sdpa / -sublayers suffixes."""
+    for suffix in (EAGER, CKPT, SCATTER, SDPA, SUBLAYERS):
+        name = name.replace(suffix, "")
+    return name
 
 
 def variant_config(name: str, d_model: int, n_layer: int, seq_len: int, n_head: int) -> ModelConfig:
@@ -274,6 +281,23 @@ ARG_KEYS = ("device", "dtype", "threads", "sizes", "seq_len", "batch", "head_dim
 ARG_KEYS += ("compile", "fused_depth", "json")
 
 
+def build_model(name: str, cfg: ModelConfig, device: torch.device, compile: bool, fused: bool) -> AttnResLM:
+    """Variant ``name``'s model as it trains (``compile``: as runtime.compile=true), with its suffixes applied."""
+    model = AttnResLM(cfg).to(device)
+    model.checkpointing = CKPT in name
+    if compile and SUBLAYERS in name and isinstance(model.depth, AttnRes):
+        model.depth.fused = fused  # runtime.compile on CPU before 2026-12-07 (on GPU, what it still does)
+        for sublayer in model.sublayers:
+            sublayer.compile()
+    elif compile:  # as runtime.compile=true trains: see attnres.model.compile_model
+        model = compile_model(model, fuse_depth=fused)
+    elif isinstance(model.depth, AttnRes):
+        model.depth.fused = fused
+    if isinstance(model.depth, AttnRes):
+        model.depth.gather = SCATTER not in name
+    return model
+
+
 def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device, fused: bool) -> list[dict]:
     """Every variant at one size, interleaved: the step's time and peak memory, and depth mixing alone."""
     autocast = args.dtype == "bf16"
@@ -284,14 +308,7 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
     for name in args.variant_names:
         cfg = variant_config(name, d_model, n_layer, args.seq_len, n_head)
         torch.manual_seed(0)
-        model = AttnResLM(cfg).to(device)
-        model.checkpointing = CKPT in name
-        if args.compile:  # as runtime.compile=true trains: see attnres.model.compile_model
-            model = compile_model(model, fuse_depth=fused)
-        elif isinstance(model.depth, AttnRes):
-            model.depth.fused = fused
-        if isinstance(model.depth, AttnRes):
-            model.depth.gather = SCATTER not in name
+        model = build_model(name, cfg, device, args.compile, fused)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         runners.append(Runner(name, model, opt, tokens, autocast))
         dtype = torch.bfloat16 if autocast else torch.float32

@@ -138,7 +138,7 @@ class Buffers:
         return None if slot in self._unwritten else self.value_grad[slot]
 
 
-def _no_autocast(x: Tensor) -> Any:
+def no_autocast(x: Tensor) -> Any:
     """Autocast off for the depth attention's fp32 work (a no-op context when it is off already: cheaper)."""
     if torch.is_autocast_enabled(x.device.type):
         return torch.autocast(device_type=x.device.type, enabled=False)
@@ -185,7 +185,7 @@ class Deposit(Function):
 
     @staticmethod
     def forward(ctx: Any, prev: Tensor | None, last: Tensor, u: Tensor, bufs: Buffers, slot: int, first: int) -> Tensor:
-        with _no_autocast(last):
+        with no_autocast(last):
             x = bufs.values[slot]
             if _native(bufs, x, prev, last):
                 cpu_kernels.ops().deposit_forward(
@@ -218,7 +218,7 @@ class Deposit(Function):
         (u,) = ctx.saved_tensors
         if bufs.logit_grad is None:  # no reader needed a gradient
             return None, None, None, None, None, None
-        with _no_autocast(u):
+        with no_autocast(u):
             x = bufs.values[slot]  # (B, T, D)
             if bufs.gather and _native(bufs, x):  # the readers' share and the logits' path in one kernel
                 dx, dzr = _gather_native(bufs, slot, first, u)
@@ -254,7 +254,7 @@ class Phase1(Function):
 
     @staticmethod
     def forward(ctx: Any, bufs: Buffers, k: int, q0: int, q1: int, *tokens: Tensor) -> tuple[Tensor, ...]:
-        with _no_autocast(bufs.values):
+        with no_autocast(bufs.values):
             scores = bufs.logits[:k, q0:q1].transpose(0, 1)  # (S, k, B, T)
             if k == 1:  # the first block reads only the embedding: every weight is exactly 1, every output
                 # is the embedding, so the outputs are views of it (S copies would cost memory and passes)
@@ -289,7 +289,7 @@ class Phase1(Function):
             if any(dout is not None for dout in douts[1:]):
                 raise RuntimeError("Phase1: a later query's output got a gradient; its merge differentiates it")
             if douts[0] is not None:
-                with _no_autocast(weights):
+                with no_autocast(weights):
                     grad = douts[0].to(weights.dtype).flatten(0, 1).contiguous()  # (N, D)
                     out = outs[0].to(weights.dtype).flatten(0, 1).contiguous()
                     if _native(bufs, grad):  # c = <out, g> is formed by the first slot to gather it
@@ -298,7 +298,7 @@ class Phase1(Function):
                         bufs.pending[q0] = Kept(grad, None, (out * grad).sum(-1), weights[0].flatten(1))
             return (None,) * len(ctx.needs_input_grad)
         present = [s for s, dout in enumerate(douts) if dout is not None]
-        with _no_autocast(weights):
+        with no_autocast(weights):
             if present and _fused(bufs):
                 dlogits = fused_kernels.fused_phase1_backward(
                     weights[present].flatten(2),
@@ -456,7 +456,7 @@ class Merge(Function):
         bufs: Buffers,
         query: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        with _no_autocast(last):
+        with no_autocast(last):
             if _native(bufs, out, prev, last):
                 first = last.new_empty(0) if prev is None else prev.flatten(0, 1).contiguous()  # empty: p = last
                 h, keep, r, logit, p = cpu_kernels.ops().merge_forward(
@@ -506,7 +506,7 @@ class Merge(Function):
         p, u, weights, r, logit, keep, h = ctx.saved_tensors
         bufs = ctx.bufs
         bufs.grads()  # a merge can be the first reader to run backward (a loss on an inner sublayer)
-        with _no_autocast(p):
+        with no_autocast(p):
             dh, pf, uf = dh.to(weights.dtype), p.to(weights.dtype), u.to(weights.dtype)
             dp_later = dp_later.to(weights.dtype)  # what p's later readers (a merge, the deposit) sent back
             k = weights.shape[0]

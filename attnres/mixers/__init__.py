@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from attnres.config import ModelConfig
 from attnres.mixers import ablations
-from attnres.mixers.attnres import AttnRes, ReferenceAttnRes
+from attnres.mixers.attnres import AttnRes, ReferenceAttnRes, TracedAttnRes
 from attnres.mixers.base import DepthMixer, DepthState, Recorder, at_least_fp32
 from attnres.mixers.baseline import ResidualSum
 
@@ -19,6 +19,7 @@ __all__ = [
     "Recorder",
     "ReferenceAttnRes",
     "ResidualSum",
+    "TracedAttnRes",
     "at_least_fp32",
     "build_mixer",
 ]

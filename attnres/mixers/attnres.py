@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnres.config import ModelConfig
-from attnres.kernels.two_phase import Buffers, Deposit, Merge, Phase1
+from attnres.kernels.two_phase import Buffers, Deposit, Merge, Phase1, no_autocast
 from attnres.mixers.base import DepthMixer, DepthState, Recorder, at_least_fp32
 
 
@@ -61,6 +61,14 @@ class _AttnResBase(DepthMixer):
         """``w_l * g_l`` for queries first..last-1, in fp32: the key norm's gain folds into the query."""
         w = at_least_fp32(self.pseudo_query[first:last])
         return w if self.key_gain is None else w * at_least_fp32(self.key_gain[first:last])
+
+    def _record(self, rec: Recorder, layer: int, weights: Tensor, last: str) -> None:
+        """Mean weight per source over tokens, weights (n, B, T); source 0 is the embedding."""
+        rec.depth_weights[layer] = weights.detach().float().mean(dim=(1, 2)).cpu()
+        kinds = ["embedding"] + ["sublayer" if self.full else "block"] * (weights.shape[0] - 1)
+        if last == "partial":
+            kinds[-1] = "partial"
+        rec.source_kinds[layer] = kinds
 
 
 class AttnRes(_AttnResBase):
@@ -134,13 +142,85 @@ class AttnRes(_AttnResBase):
             self._record(state.recorder, self.n_sublayers, weights[0], "block")
         return outs[0]
 
-    def _record(self, rec: Recorder, layer: int, weights: Tensor, last: str) -> None:
-        """Mean weight per source over tokens, weights (n, B, T); source 0 is the embedding."""
-        rec.depth_weights[layer] = weights.detach().float().mean(dim=(1, 2)).cpu()
-        kinds = ["embedding"] + ["sublayer" if self.full else "block"] * (weights.shape[0] - 1)
-        if last == "partial":
-            kinds[-1] = "partial"
-        rec.source_kinds[layer] = kinds
+
+class TracedAttnRes(_AttnResBase):
+    """Full / Block AttnRes, two-phase, in plain torch ops whose backward is autograd's: what ``runtime.compile``
+    trains on CPU, where torch.compile traces it into the model's one graph and Inductor fuses it with the sublayers'
+    element-wise work (:func:`attnres.model.compile_model`).
+
+    The same equations as :class:`AttnRes`: a completed source's logits against every query that will read it are
+    computed once, when it completes (``(x @ u^T) * rms(x)^-1``, from its first reader on); a reader's softmax over
+    the completed sources is merged with its block's partial sum by the online-softmax rule,
+    ``h = lerp(p, out, sigmoid(lse - logit_p))``. What :class:`AttnRes` hand-writes (the slot buffers, the kept
+    gradients, the native kernels) is left to the compiler, which sees the whole step; eager, this is slower and keeps
+    more for backward than :class:`AttnRes`, and only the tests run it so. Compiled whole, it steps faster than the
+    sublayers compiled around :class:`AttnRes`'s native kernels (docs/performance.md, "One compiled graph").
+    """
+
+    def __init__(self, cfg: ModelConfig, like: _AttnResBase | None = None) -> None:
+        super().__init__(cfg)
+        if like is not None:  # the same parameters (the same tensors): what an optimizer built on ``like`` steps
+            self.pseudo_query, self.key_gain = like.pseudo_query, like.key_gain
+        # slot j's first reader: query 0 for the embedding, the next block's first sublayer for a block's summary
+        self.first_reader = (0, *self.starts[1:], cfg.n_sublayers)
+
+    def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
+        state = DepthState(embedding, recorder)
+        state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
+        state.blocks, state.logits = [], []
+        self._complete(state, embedding)
+        return state
+
+    def _complete(self, state: DepthState, source: Tensor) -> None:
+        """A completed source (the embedding or a block's sum) joins the slots, with its logits (B, T, Q - first)."""
+        with no_autocast(source):
+            x = at_least_fp32(source)
+            first = self.first_reader[len(state.blocks)]
+            inv_rms = torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps)
+            state.blocks.append(x)
+            state.logits.append((x @ state.u[first:].T) * inv_rms)
+
+    def _attend(self, state: DepthState, query: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Query ``query`` against the completed slots: output (B, T, D), log-sum-exp (B, T), weights (k, B, T)."""
+        z = torch.stack([z[..., query - self.first_reader[j]] for j, z in enumerate(state.logits)])  # (k, B, T)
+        if len(state.blocks) == 1:  # the embedding alone: weight exactly 1, output the embedding itself
+            return state.blocks[0], z[0], torch.ones_like(z)
+        lse = torch.logsumexp(z, dim=0)
+        weights = torch.exp(z - lse)
+        out = state.blocks[0] * weights[0].unsqueeze(-1)
+        for value, w in zip(state.blocks[1:], weights[1:]):
+            out = out + value * w.unsqueeze(-1)
+        return out, lse, weights
+
+    def read(self, state: DepthState, layer: int) -> Tensor:
+        with no_autocast(state.u):
+            out, lse, weights = self._attend(state, layer)
+            if state.partial is None:  # the block's first sublayer: no intra-block source yet
+                if state.recorder is not None:
+                    self._record(state.recorder, layer, weights, "block")
+                return out
+            p = state.partial
+            logit = (p @ state.u[layer]) * torch.rsqrt(p.square().mean(-1) + self.eps)
+            keep = torch.sigmoid(lse - logit)  # the completed slots' share of the softmax, (B, T)
+            if state.recorder is not None:
+                self._record(state.recorder, layer, torch.cat([weights * keep, (1 - keep).unsqueeze(0)]), "partial")
+            return torch.lerp(p, out, keep.unsqueeze(-1))
+
+    def write(self, state: DepthState, layer: int, output: Tensor) -> None:
+        block = self.block_of[layer]
+        # summed in at least fp32, like the residual stream: bf16 outputs not in bf16
+        output = at_least_fp32(output)
+        state.partial = output if state.partial is None else state.partial + output
+        if layer + 1 == self.ends[block]:
+            self._complete(state, state.partial)
+            state.partial = None
+
+    def finish(self, state: DepthState) -> Tensor:
+        with no_autocast(state.u):
+            out, _, weights = self._attend(state, self.n_sublayers)
+        if state.recorder is not None:
+            self._record(state.recorder, self.n_sublayers, weights, "block")
+        return out
 
 
 class ReferenceAttnRes(_AttnResBase):

@@ -21,6 +21,7 @@ from attnres.costs import count_flops, count_params, depth_sources
 from attnres.kernels import cpu as cpu_kernels
 from attnres.kernels import fused as fused_kernels
 from attnres.kernels import two_phase
+from attnres.mixers import TracedAttnRes
 from tests.conftest import compiles_for_cpu, needs_cxx
 
 VARIANTS = [("baseline", 1), ("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)]
@@ -262,6 +263,88 @@ def test_two_phase_matches_the_reference_in_float64_to_rounding(fused, kernel_ca
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
+def traced(model: AttnResLM) -> AttnResLM:
+    """``model`` with its depth attention as TracedAttnRes (what runtime.compile compiles on CPU), same parameters."""
+    model.depth = TracedAttnRes(model.cfg, like=model.depth)
+    return model
+
+
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)])
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_the_traced_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_blocks, scale):
+    """TracedAttnRes, eager (autograd's backward of its torch ops): the direct formula's outputs and gradients."""
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    fast, ref = fast_and_reference(cfg, fused=False, scale=scale)
+    traced(fast)
+    x, target = tokens(cfg), tokens(cfg, seed=1)
+    outs = []
+    for model in (fast, ref):
+        logits = model(x)
+        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+        outs.append(logits)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_the_traced_two_phase_matches_the_reference_in_float64_to_rounding():
+    torch.manual_seed(0)
+    fast, ref = fast_and_reference(small("block", 3), fused=False, dtype=torch.float64)
+    traced(fast)
+    x = tokens(fast.cfg)
+    outs = [model(x) for model in (fast, ref)]
+    for out in outs:
+        out.square().mean().backward()
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
+def test_the_traced_two_phase_records_what_the_two_phase_records(residual, n_blocks):
+    cfg = small(residual, n_blocks)
+    two_phase_model = randomize_depth(AttnResLM(cfg))
+    x = tokens(cfg)
+    recs = [Recorder(), Recorder()]
+    with torch.no_grad():
+        two_phase_model(x, recorder=recs[0])
+        traced(two_phase_model)(x, recorder=recs[1])
+    assert recs[0].source_kinds == recs[1].source_kinds
+    assert sorted(recs[1].depth_weights) == list(range(cfg.n_sublayers + 1))
+    for query, weights in recs[0].depth_weights.items():
+        torch.testing.assert_close(recs[1].depth_weights[query], weights, rtol=1e-5, atol=1e-6, msg=str(query))
+
+
+@needs_cxx
+@pytest.mark.integration  # Inductor compiles for the CPU (tests/conftest.py: compiles_for_cpu)
+@pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
+def test_compile_model_compiles_attnres_whole_and_matches_the_eager_model(residual, n_blocks):
+    """runtime.compile on CPU: the whole model in one graph (no break: fullgraph=True would raise), its depth
+    attention traced, with the eager two-phase model's outputs and gradients to rounding and its parameter tensors."""
+    from attnres.model import compile_model
+
+    torch.manual_seed(0)
+    cfg = small(residual, n_blocks)
+    eager = randomize_depth(AttnResLM(cfg))
+    compiled = AttnResLM(cfg)
+    compiled.load_state_dict(eager.state_dict())
+    params = list(compiled.parameters())
+    compile_model(compiled, fuse_depth=False)
+    assert isinstance(compiled.depth, TracedAttnRes)
+    assert all(a is b for a, b in zip(compiled.parameters(), params, strict=True))  # what an optimizer holds
+    compiled.compile(fullgraph=True)  # the same compile, asked to fail on a graph break
+    x, target = tokens(cfg), tokens(cfg, seed=1)
+    outs = []
+    for model in (compiled, eager):
+        logits = model(x)
+        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+        outs.append(logits)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(compiled.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("gather", [True, False], ids=["gather", "scatter"])
 @pytest.mark.parametrize("layer", [3, 4, 6], ids=["block-start", "merge", "merge-late"])
 @PATHS
@@ -383,8 +466,8 @@ def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
         assert abs(weights.sum().item() - 1) < 1e-5
 
 
-@pytest.mark.parametrize("reference", [False, True], ids=["two-phase", "reference"])
-def test_a_blocks_bf16_outputs_are_summed_in_the_residual_streams_precision(reference):
+@pytest.mark.parametrize("kind", ["two-phase", "traced", "reference"])
+def test_a_blocks_bf16_outputs_are_summed_in_the_residual_streams_precision(kind):
     """Under bf16 autocast the baseline's stream is fp32 (fp32 embedding + bf16 outputs); a block's partial sum must
     be too. Outputs 256, 1, 1, 1 (each exact in bf16): summed in bf16 every +1 rounds away (256 + 1 is a tie, to
     256), in fp32 the block is 259. Zero pseudo-queries: the final aggregation is the mean of the embedding (0) and
@@ -392,7 +475,7 @@ def test_a_blocks_bf16_outputs_are_summed_in_the_residual_streams_precision(refe
     from attnres.mixers import AttnRes, ReferenceAttnRes
 
     cfg = ModelConfig(n_layer=2, d_model=8, n_head=2, residual="block", n_blocks=1)
-    depth = ReferenceAttnRes(cfg) if reference else AttnRes(cfg)
+    depth = {"two-phase": AttnRes, "traced": TracedAttnRes, "reference": ReferenceAttnRes}[kind](cfg)
     state = depth.start(torch.zeros(1, 2, 8))
     for layer, value in enumerate([256.0, 1.0, 1.0, 1.0]):
         depth.read(state, layer)
