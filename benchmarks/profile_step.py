@@ -41,6 +41,8 @@ GROUPS = (  # (group, substrings of the op name), first match wins
     ("element-wise", ("aten::add", "aten::mul", "aten::sub", "aten::div", "gelu", "silu", "aten::neg", "aten::pow")),
     ("copies and views", ("aten::copy_", "aten::contiguous", "aten::clone", "aten::cat", "aten::stack", "to_copy")),
     ("allocation", ("aten::empty", "aten::zeros", "aten::fill_", "aten::zero_", "aten::ones")),
+    # Inductor's own kernels (the fused element-wise work, the norms, the loss, the depth attention compiled whole)
+    ("compiled graphs", ("CompiledFxGraph",)),
 )
 
 

@@ -302,3 +302,19 @@ def test_the_host_sync_check_passes_on_cpu(tmp_path):
     summary = json.loads((tmp_path / "syncs.json").read_text())
     assert summary["micro_batches_per_step"] == 4 and summary["training_step"]["calls"] == 12
     assert summary["on_before_optimizer_step"][0] == "step 1: reads ['tolist'], syncs 0"
+
+
+@pytest.mark.parametrize(
+    "op,group",
+    [
+        ("aten::mm", "matmul"),
+        ("attnres::causal_attention_backward", "token attention"),
+        ("DepositBackward", "depth mixing"),
+        ("## Call CompiledFxGraph fvk4zlnoyee5gtp3auqdwvxmdhxbxtxcsfjmmqbd7k3ywblpirje ##", "compiled graphs"),
+        ("aten::something_new", "other"),
+    ],
+)
+def test_the_step_profile_groups_ops_by_what_they_do(op, group):
+    from benchmarks import profile_step
+
+    assert profile_step.group_of(op) == group
