@@ -25,8 +25,10 @@ A variant named with ``-sdpa`` (``baseline-sdpa``) runs the token attention thro
 native CPU kernels of ``attnres.kernels.attention`` (what CPU training used before 2026-12-07). With ``--compile``, a
 Full / Block variant named with ``-sublayers`` (``block4-sublayers``) compiles each sublayer around the eager two-phase
 depth autograd (``attnres.mixers.AttnRes``; what ``runtime.compile`` did on CPU before 2026-12-07 and still does on
-GPU) instead of the whole model with the depth attention traced (``attnres.mixers.TracedAttnRes``); the ``depth ms``
-column times the eager two-phase mixer in both cases.
+GPU) instead of the whole model with the depth attention traced (``attnres.mixers.TracedAttnRes``); one named with
+``-whole`` (``block8-whole``) compiles the whole model so on any device (on GPU, where training compiles each sublayer
+with the fused depth kernels, it measures the alternative). The ``depth ms`` column times the eager two-phase mixer in
+every case.
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
 SCATTER = "-scatter"  # variant suffix: the slots' gradients scattered by the readers (AttnRes.gather = False)
 SDPA = "-sdpa"  # variant suffix: the token attention through torch's SDPA, without attnres.kernels.attention's kernels
 SUBLAYERS = "-sublayers"  # variant suffix, with --compile: each sublayer compiled around the eager two-phase AttnRes
+WHOLE = "-whole"  # variant suffix, with --compile: the whole model, its depth attention traced, on any device
 
 
 def base_name(name: str) -> str:
-    """The variant without its -eager / -ckpt / -scatter / -sdpa / -sublayers suffixes."""
-    for suffix in (EAGER, CKPT, SCATTER, SDPA, SUBLAYERS):
+    """The variant without its -eager / -ckpt / -scatter / -sdpa / -sublayers / -whole suffixes."""
+    for suffix in (EAGER, CKPT, SCATTER, SDPA, SUBLAYERS, WHOLE):
         name = name.replace(suffix, "")
     return name
 
@@ -289,8 +292,8 @@ def build_model(name: str, cfg: ModelConfig, device: torch.device, compile: bool
         model.depth.fused = fused  # runtime.compile on CPU before 2026-12-07 (on GPU, what it still does)
         for sublayer in model.sublayers:
             sublayer.compile()
-    elif compile:  # as runtime.compile=true trains: see attnres.model.compile_model
-        model = compile_model(model, fuse_depth=fused)
+    elif compile:  # as runtime.compile=true trains (attnres.model.compile_model); -whole: as it trains on CPU
+        model = compile_model(model, fuse_depth=fused and WHOLE not in name)
     elif isinstance(model.depth, AttnRes):
         model.depth.fused = fused
     if isinstance(model.depth, AttnRes):

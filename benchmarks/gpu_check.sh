@@ -4,7 +4,8 @@
 #   tests           the two-phase depth attention against the reference on CUDA (`pytest -m gpu`: eager and
 #                   compiled, fp32 and bf16 autocast);
 #   bench-eager     step time and peak memory in bf16 at d_model 1024 x 16 layers, side by side (bench_step.py);
-#   bench-compiled  the same with --compile (the fused depth kernels through Triton);
+#   bench-compiled  the same with --compile (the fused depth kernels through Triton), and block8-whole: the whole
+#                   model compiled with its depth attention traced, as runtime.compile trains on CPU;
 #   train           `attnres train` of the baseline and Block N=8 (bf16-mixed, compiled), tokens/s side by side
 #                   (benchmarks/train_side_by_side.py);
 #   host-syncs      a run with 4 micro-batches a step under torch.cuda.set_sync_debug_mode("warn"): no host sync in
@@ -16,7 +17,7 @@
 #   bash benchmarks/gpu_check.sh [OUT_DIR]          # logs and JSON into OUT_DIR (default: gpu-check/)
 #   ONLY="host-syncs parallel" bash benchmarks/gpu_check.sh OUT   # only the stages named
 #
-# The first four stages' limits add up to 650 s; host-syncs (120 s at most) and parallel (360 s, with 2 GPUs) come
+# The first four stages' limits add up to 710 s; host-syncs (120 s at most) and parallel (360 s, with 2 GPUs) come
 # last, so a 10-minute command cut short loses only them: run those alone with ONLY.
 #
 # Needs torch (CUDA), pytest, pyyaml, lightning, pandas and pyarrow (not optuna or submitit). Runs from a plain
@@ -56,7 +57,7 @@ fi
 bench=(benchmarks/bench_step.py --device "$device" --dtype bf16 --sizes "$sizes" --batch "$batch" --seq-len "$seq")
 stage bench-eager 80 "$python" "${bench[@]}" --variants baseline,full,block4,block8 --repeats 20 \
     --json "$out/bench-eager.json"
-stage bench-compiled 180 "$python" "${bench[@]}" --variants baseline,block8 --repeats 20 --compile \
+stage bench-compiled 240 "$python" "${bench[@]}" --variants baseline,block8,block8-whole --repeats 20 --compile \
     --json "$out/bench-compiled.json"
 accelerator=gpu
 [ "$device" = cuda ] || accelerator=cpu

@@ -100,21 +100,31 @@ def test_an_sdpa_variant_runs_the_token_attention_through_torch(monkeypatch):
         assert attention.enabled  # switched back after the step
 
 
-@pytest.mark.parametrize("name", ["block4", "block4-sublayers", "full-sublayers", "baseline-sublayers"])
-def test_a_sublayers_variant_compiles_as_runtime_compile_did_before(name):
-    """With --compile, ``-sublayers`` compiles each sublayer around the two-phase AttnRes (runtime.compile on CPU
-    before 2026-12-07); the plain variant the whole model with its depth attention traced. Nothing compiles until a
-    call, so this only builds the models."""
+@pytest.mark.parametrize(
+    "name,fused,whole",
+    [
+        ("block4", False, True),  # CPU: runtime.compile compiles Full / Block whole
+        ("block4-sublayers", False, False),
+        ("full-sublayers", False, False),
+        ("block4", True, False),  # GPU (the fused depth kernels): each sublayer
+        ("block4-whole", True, True),
+        ("baseline-sublayers", False, True),  # the baseline compiles whole whatever the suffix
+        ("baseline", True, True),
+    ],
+)
+def test_the_compiled_variants_compile_what_they_name(name, fused, whole):
+    """With --compile, a Full / Block variant compiles as runtime.compile does on its device (``fused``: GPU), each
+    sublayer around the two-phase AttnRes (``-sublayers``, or on GPU) or the whole model with its depth attention
+    traced (on CPU, or ``-whole``). Nothing compiles until a call, so this only builds the models."""
     from attnres.mixers import AttnRes, TracedAttnRes
 
     cfg = bench_step.variant_config(name, 32, 2, 16, 2)
-    model = bench_step.build_model(name, cfg, torch.device("cpu"), compile=True, fused=False)
-    attnres = cfg.residual != "baseline"  # the baseline compiles whole either way
-    sublayers = attnres and name.endswith("-sublayers")
-    if attnres:
-        assert type(model.depth) is (AttnRes if sublayers else TracedAttnRes)
-    assert (model._compiled_call_impl is None) == sublayers
-    assert all((s._compiled_call_impl is not None) == sublayers for s in model.sublayers)
+    model = bench_step.build_model(name, cfg, torch.device("cpu"), compile=True, fused=fused)
+    if cfg.residual != "baseline":
+        assert type(model.depth) is (TracedAttnRes if whole else AttnRes)
+        assert whole or model.depth.fused == fused
+    assert (model._compiled_call_impl is not None) == whole
+    assert all((s._compiled_call_impl is not None) == (not whole) for s in model.sublayers)
 
 
 @needs_cxx
