@@ -167,7 +167,7 @@ class TracedAttnRes(_AttnResBase):
     def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
         state = DepthState(embedding, recorder)
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
-        state.blocks, state.logits = [], []
+        state.blocks = []  # the embedding joins in at least fp32, with its logits
         self._complete(state, embedding)
         return state
 

@@ -70,7 +70,9 @@ class DepthState:
     def __init__(self, embedding: Tensor, recorder: Recorder | None) -> None:
         self.recorder = recorder
         self.h: Tensor = embedding  # ResidualSum: the residual stream
-        self.blocks: list[Tensor] = [embedding]  # ReferenceAttnRes: b_0 = v_0, then completed block sums
+        # ReferenceAttnRes: b_0 = v_0, then completed block sums (TracedAttnRes: the same, in at least fp32)
+        self.blocks: list[Tensor] = [embedding]
+        self.logits: list[Tensor] = []  # TracedAttnRes: each completed source's logits against its readers
         self.partial: Tensor | None = None  # sum of the current block's outputs so far
         self.last: Tensor | None = None  # AttnRes: the latest output, not yet added to partial
         self.outputs: list[Tensor] = [embedding]  # ReferenceAttnRes (Full): every source v_0, v_1, ...
