@@ -77,6 +77,18 @@ def capture(model: AttnResLM, x: torch.Tensor) -> tuple[list[torch.Tensor], list
     return inputs, outputs
 
 
+def assert_same_outputs_and_gradients(model: AttnResLM, ref: AttnResLM, x: torch.Tensor, target: torch.Tensor) -> None:
+    """The same logits and every parameter's gradient of a cross-entropy loss, to fp32 rounding."""
+    outs = []
+    for m in (model, ref):
+        logits = m(x)
+        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+        outs.append(logits)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 # ---------------------------------------------------------------------------------------------- public API
 
 
@@ -229,13 +241,7 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     torch.manual_seed(0)
     cfg = small(residual, n_blocks)
     fast, ref = fast_and_reference(cfg, fused, scale=scale)
-    x = tokens(cfg)
-    target = tokens(cfg, seed=1)
-    outs = []
-    for model in (fast, ref):
-        logits = model(x)
-        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
-        outs.append(logits)
+    assert_same_outputs_and_gradients(fast, ref, tokens(cfg), tokens(cfg, seed=1))
     merges = residual == "block" and n_blocks < cfg.n_sublayers  # blocks of more than one sublayer
     expected = {"phase1_forward", "phase1_backward"} | ({"merge_forward", "merge_backward"} if merges else set())
     assert kernel_calls == (expected if fused else set())  # the fused case really ran the compiled kernels
@@ -245,9 +251,6 @@ def test_two_phase_matches_the_reference_in_outputs_and_gradients(residual, n_bl
     native |= {"merge_forward", "merge_backward_kept"} if merges else set()
     native |= {"attention_forward", "attention_backward"}  # the token attention's (head_dim 16)
     assert set(native_calls) == (native if path == "native" else set())
-    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=compiles_for_cpu)], ids=["eager", "fused"])
@@ -276,16 +279,7 @@ def test_the_traced_two_phase_matches_the_reference_in_outputs_and_gradients(res
     torch.manual_seed(0)
     cfg = small(residual, n_blocks)
     fast, ref = fast_and_reference(cfg, fused=False, scale=scale)
-    traced(fast)
-    x, target = tokens(cfg), tokens(cfg, seed=1)
-    outs = []
-    for model in (fast, ref):
-        logits = model(x)
-        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
-        outs.append(logits)
-    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert_same_outputs_and_gradients(traced(fast), ref, tokens(cfg), tokens(cfg, seed=1))
 
 
 def test_the_traced_two_phase_matches_the_reference_in_float64_to_rounding():
@@ -334,15 +328,7 @@ def test_compile_model_compiles_attnres_whole_and_matches_the_eager_model(residu
     assert isinstance(compiled.depth, TracedAttnRes)
     assert all(a is b for a, b in zip(compiled.parameters(), params, strict=True))  # what an optimizer holds
     compiled.compile(fullgraph=True)  # the same compile, asked to fail on a graph break
-    x, target = tokens(cfg), tokens(cfg, seed=1)
-    outs = []
-    for model in (compiled, eager):
-        logits = model(x)
-        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
-        outs.append(logits)
-    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(compiled.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert_same_outputs_and_gradients(compiled, eager, tokens(cfg), tokens(cfg, seed=1))
 
 
 @pytest.mark.parametrize("gather", [True, False], ids=["gather", "scatter"])
