@@ -407,11 +407,12 @@ class RuntimeConfig:
     progress_bar: bool = True
     """Show Lightning's progress bar."""
     compile: bool = False
-    """torch.compile the whole model (Full / Block AttnRes with their depth attention traced; on GPU each sublayer,
-    with the fused depth kernels)."""
+    """torch.compile the whole model (Full / Block AttnRes with their depth attention traced; on GPU Full / Block
+    compile each sublayer instead, with the fused depth kernels)."""
     checkpointing: Literal["none", "sublayer"] = "none"
     """Activation checkpointing: sublayer recomputes each attention / MLP sublayer in backward instead of keeping
-    its activations (the same gradients; the depth attention's own saved tensors are small and kept)."""
+    its activations (the same gradients; the depth attention's own saved tensors are small and kept, or compiled on
+    CPU, what Inductor chooses to keep)."""
     logger: Literal["none", "csv", "tensorboard", "wandb", "mlflow"] = "none"
     """An experiment tracker beside the parquet files (which stay the record the analysis reads): csv and tensorboard
     write into RUN_DIR/<logger>/; wandb runs offline unless WANDB_MODE says otherwise; mlflow logs to

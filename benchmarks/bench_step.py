@@ -28,7 +28,7 @@ depth autograd (``attnres.mixers.AttnRes``; what ``runtime.compile`` did on CPU 
 GPU) instead of the whole model with the depth attention traced (``attnres.mixers.TracedAttnRes``); one named with
 ``-whole`` (``block8-whole``) compiles the whole model so on any device (on GPU, where training compiles each sublayer
 with the fused depth kernels, it measures the alternative). The ``depth ms`` column times the eager two-phase mixer in
-every case.
+every case (for a variant compiled whole, not its own: its depth attention runs inside its graph).
 """
 
 from __future__ import annotations
@@ -235,6 +235,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         base = base_name(name)
         if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
+        whole = args.compile and SUBLAYERS not in name and (args.device == "cpu" or WHOLE in name)
+        if whole and base != "baseline" and (EAGER in name or SCATTER in name):
+            parser.error(
+                f"--variants {name}: -eager and -scatter choose how the two-phase depth autograd runs, and compiled "
+                "whole there is none (its depth attention is traced); add -sublayers to compile around it"
+            )
     args.size_list = parse_sizes(parser, args, args.seq_len)
     return args
 

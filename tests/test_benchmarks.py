@@ -147,6 +147,8 @@ def test_the_attention_benchmark_compares_both_kernels_side_by_side(capsys):
         (["--variants", "baseline,block5x"], "block<N>"),
         (["--sizes", "64x2", "--variants", "baseline,block8"], "n_blocks=8 is out of range"),
         (["--variants", "full,baseline"], "must start with baseline"),
+        (["--compile", "--variants", "baseline,block4-scatter"], "compiled whole there is none"),
+        (["--compile", "--variants", "baseline,full-eager"], "add -sublayers"),
         pytest.param(
             ["--device", "cuda"],
             "sees no CUDA GPU",

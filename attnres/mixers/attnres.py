@@ -152,9 +152,10 @@ class TracedAttnRes(_AttnResBase):
     computed once, when it completes (``(x @ u^T) * rms(x)^-1``, from its first reader on); a reader's softmax over
     the completed sources is merged with its block's partial sum by the online-softmax rule,
     ``h = lerp(p, out, sigmoid(lse - logit_p))``. What :class:`AttnRes` hand-writes (the slot buffers, the kept
-    gradients, the native kernels) is left to the compiler, which sees the whole step; eager, this is slower and keeps
-    more for backward than :class:`AttnRes`, and only the tests run it so. Compiled whole, it steps faster than the
-    sublayers compiled around :class:`AttnRes`'s native kernels (docs/performance.md, "One compiled graph").
+    gradients, the native kernels) is left to the compiler, which sees the whole step. Compiled whole, it steps faster
+    than the sublayers compiled around :class:`AttnRes`'s native kernels (docs/performance.md, "One compiled graph").
+    Eager it is slower and keeps more for backward than :class:`AttnRes`; a compiled model runs it eagerly only for
+    its diagnostics (``LitLM.diagnose``, without gradients) and where its compile failed (one warning).
     """
 
     def __init__(self, cfg: ModelConfig, like: _AttnResBase | None = None) -> None:

@@ -294,8 +294,9 @@ class LitLM(L.LightningModule):
         was_training = model.training
         model.eval()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.trainer.precision == "bf16-mixed"):
-            # the eager call, hooks (FSDP's) included: runtime.compile compiles the baseline whole, in place, and the
-            # recorder's .item() calls would break its graph (compiled sublayers stay compiled: they record nothing)
+            # the eager call, hooks (FSDP's) included: runtime.compile compiles the model whole, in place, and the
+            # recorder's .item() calls would break its graph (on GPU, Full / Block's compiled sublayers stay compiled:
+            # they record nothing)
             model._call_impl(windows[:, :-1], recorder=recorder)
         model.train(was_training)
         return recorder

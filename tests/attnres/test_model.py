@@ -85,7 +85,7 @@ def assert_same_outputs_and_gradients(model: AttnResLM, ref: AttnResLM, x: torch
         F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
         outs.append(logits)
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
@@ -314,8 +314,9 @@ def test_the_traced_two_phase_records_what_the_two_phase_records(residual, n_blo
 @pytest.mark.integration  # Inductor compiles for the CPU (tests/conftest.py: compiles_for_cpu)
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
 def test_compile_model_compiles_attnres_whole_and_matches_the_eager_model(residual, n_blocks):
-    """runtime.compile on CPU: the whole model in one graph (no break: fullgraph=True would raise), its depth
-    attention traced, with the eager two-phase model's outputs and gradients to rounding and its parameter tensors."""
+    """runtime.compile on CPU: the whole model, its depth attention traced, with the eager two-phase model's outputs
+    and gradients to rounding and its parameter tensors. Compiled again with fullgraph=True, which raises on a graph
+    break: the traced model is one graph."""
     from attnres.model import compile_model
 
     torch.manual_seed(0)
@@ -452,6 +453,24 @@ def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
         assert abs(weights.sum().item() - 1) < 1e-5
 
 
+def test_the_traced_depth_softmax_runs_in_fp32_under_bf16_autocast():
+    """Under bf16 autocast the traced depth attention's logits, softmax and sums stay fp32, as the two-phase one's:
+    the same depth weights to fp32 rounding (in bf16 they would differ by about 1e-3) and the same logits."""
+    torch.manual_seed(0)
+    cfg = small("block", 3)
+    two_phase_model = randomize_depth(AttnResLM(cfg))
+    traced_model = AttnResLM(cfg)
+    traced_model.load_state_dict(two_phase_model.state_dict())
+    traced(traced_model)
+    recs, outs = [Recorder(), Recorder()], []
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for model, rec in zip((two_phase_model, traced_model), recs):
+            outs.append(model(tokens(cfg), recorder=rec).float())
+    for query, weights in recs[0].depth_weights.items():
+        torch.testing.assert_close(recs[1].depth_weights[query], weights, rtol=0, atol=1e-6, msg=str(query))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("kind", ["two-phase", "traced", "reference"])
 def test_a_blocks_bf16_outputs_are_summed_in_the_residual_streams_precision(kind):
     """Under bf16 autocast the baseline's stream is fp32 (fp32 embedding + bf16 outputs); a block's partial sum must
@@ -473,14 +492,20 @@ def test_a_blocks_bf16_outputs_are_summed_in_the_residual_streams_precision(kind
 @pytest.mark.gpu  # deselected by default (pyproject: -m 'not gpu'); `pytest -m gpu` where a CUDA GPU is visible
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
-@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
-def test_two_phase_matches_the_reference_on_cuda(residual, n_blocks, fused, kernel_calls, device="cuda"):
-    """The GPU path: the compiled kernels through Triton, in fp32 (to rounding) and under bf16 autocast (what
-    training uses there: its error from the fp32 reference must be no larger than the direct formula's own).
+@pytest.mark.parametrize("path", ["eager", "fused", "traced", "whole"])
+def test_two_phase_matches_the_reference_on_cuda(residual, n_blocks, path, kernel_calls, device="cuda"):
+    """The GPU path: the compiled kernels through Triton ("fused"), and the traced depth attention eager and with the
+    whole model compiled ("whole", as runtime.compile trains on CPU), in fp32 (to rounding) and under bf16 autocast
+    (what training uses there: its error from the fp32 reference must be no larger than the direct formula's own).
     CI has no GPU; run where one is lent (docs/performance.md)."""
     torch.manual_seed(0)
     cfg = small(residual, n_blocks)
+    fused = path == "fused"
     fast, ref = (m.to(device) for m in fast_and_reference(cfg, fused))
+    if path in ("traced", "whole"):
+        traced(fast)
+    if path == "whole":
+        fast.compile(fullgraph=True)
     x, target = tokens(cfg).to(device), tokens(cfg, seed=1).to(device)
 
     def run(model: AttnResLM, bf16: bool) -> list[torch.Tensor]:

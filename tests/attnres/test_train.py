@@ -591,9 +591,13 @@ def test_config_file_and_override_precedence(tmp_path):
 
 @needs_cxx
 @pytest.mark.integration  # compiles for the CPU (tests/conftest.py: compiles_for_cpu)
-def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path):
+def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path, monkeypatch):
     """runtime.compile=true for Block AttnRes (on CPU the whole model, its depth attention traced): the same losses
-    to rounding, and a checkpoint that the eager model loads (the parameter names do not change)."""
+    to rounding, and a checkpoint that the eager model loads (the parameter names do not change). A failed compile
+    fails the test here instead of running eagerly with a warning (which would give the same losses)."""
+    from attnres import runtime
+
+    monkeypatch.setattr(runtime, "allow_eager_fallback", lambda: None)
     args = TINY + ["model.residual=block", "model.n_blocks=2", "train.tokens=20000"]
     losses = {}
     for compiled in (False, True):
