@@ -455,7 +455,8 @@ def test_depth_softmax_runs_in_fp32_under_bf16_autocast(fused, kernel_calls):
 
 def test_the_traced_depth_softmax_runs_in_fp32_under_bf16_autocast():
     """Under bf16 autocast the traced depth attention's logits, softmax and sums stay fp32, as the two-phase one's:
-    the same depth weights to fp32 rounding (in bf16 they would differ by about 1e-3) and the same logits."""
+    the same depth weights (here to 1e-7; with the source logits in bf16 they differ by 6e-3) and the same logits up
+    to the bf16 sublayers' rounding."""
     torch.manual_seed(0)
     cfg = small("block", 3)
     two_phase_model = randomize_depth(AttnResLM(cfg))
@@ -467,8 +468,8 @@ def test_the_traced_depth_softmax_runs_in_fp32_under_bf16_autocast():
         for model, rec in zip((two_phase_model, traced_model), recs):
             outs.append(model(tokens(cfg), recorder=rec).float())
     for query, weights in recs[0].depth_weights.items():
-        torch.testing.assert_close(recs[1].depth_weights[query], weights, rtol=0, atol=1e-6, msg=str(query))
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(recs[1].depth_weights[query], weights, rtol=0, atol=1e-4, msg=str(query))
+    torch.testing.assert_close(outs[1], outs[0], rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("kind", ["two-phase", "traced", "reference"])
