@@ -62,11 +62,14 @@ class _AttnResBase(DepthMixer):
         w = at_least_fp32(self.pseudo_query[first:last])
         return w if self.key_gain is None else w * at_least_fp32(self.key_gain[first:last])
 
-    def _record(self, rec: Recorder, layer: int, weights: Tensor, last: str) -> None:
-        """Mean weight per source over tokens, weights (n, B, T); source 0 is the embedding."""
+    def _record(self, rec: Recorder, layer: int, weights: Tensor, keep: Tensor | None = None) -> None:
+        """Mean weight per source over tokens: weights (k, B, T) over the completed sources (source 0 the embedding);
+        with a merge's ``keep`` (B, T), they share ``keep`` and the block's partial sum, the last source, the rest."""
+        if keep is not None:
+            weights = torch.cat([weights * keep, (1 - keep).unsqueeze(0)])  # (k + 1, B, T)
         rec.depth_weights[layer] = weights.detach().float().mean(dim=(1, 2)).cpu()
         kinds = ["embedding"] + ["sublayer" if self.full else "block"] * (weights.shape[0] - 1)
-        if last == "partial":
+        if keep is not None:
             kinds[-1] = "partial"
         rec.source_kinds[layer] = kinds
 
@@ -122,7 +125,7 @@ class AttnRes(_AttnResBase):
         if i == 0:  # phase 1 for every sublayer of this block; the first has no intra-block source
             state.phase1 = self._phase1(state, layer, self.ends[block])
             if state.recorder is not None:
-                self._record(state.recorder, layer, state.phase1[1][0], "block")
+                self._record(state.recorder, layer, state.phase1[1][0])
             return state.phase1[2][0]
         # phase 2: merge this block's partial sum with phase 1 by the online-softmax rule
         lse, weights, outs = state.phase1
@@ -132,14 +135,13 @@ class AttnRes(_AttnResBase):
         # drop what the merge consumed, so the next sublayer can reuse its memory
         outs[i] = state.last = None
         if state.recorder is not None:
-            merged = torch.cat([weights[i] * keep, (1 - keep).unsqueeze(0)])  # (k + 1, B, T)
-            self._record(state.recorder, layer, merged, "partial")
+            self._record(state.recorder, layer, weights[i], keep)
         return h
 
     def finish(self, state: DepthState) -> Tensor:
         _, weights, outs = self._phase1(state, self.n_sublayers, self.n_sublayers + 1)
         if state.recorder is not None:
-            self._record(state.recorder, self.n_sublayers, weights[0], "block")
+            self._record(state.recorder, self.n_sublayers, weights[0])
         return outs[0]
 
 
@@ -198,13 +200,13 @@ class TracedAttnRes(_AttnResBase):
             out, lse, weights = self._attend(state, layer)
             if state.partial is None:  # the block's first sublayer: no intra-block source yet
                 if state.recorder is not None:
-                    self._record(state.recorder, layer, weights, "block")
+                    self._record(state.recorder, layer, weights)
                 return out
             p = state.partial
             logit = (p @ state.u[layer]) * torch.rsqrt(p.square().mean(-1) + self.eps)
             keep = torch.sigmoid(lse - logit)  # the completed slots' share of the softmax, (B, T)
             if state.recorder is not None:
-                self._record(state.recorder, layer, torch.cat([weights * keep, (1 - keep).unsqueeze(0)]), "partial")
+                self._record(state.recorder, layer, weights, keep)
             return torch.lerp(p, out, keep.unsqueeze(-1))
 
     def write(self, state: DepthState, layer: int, output: Tensor) -> None:
@@ -220,7 +222,7 @@ class TracedAttnRes(_AttnResBase):
         with no_autocast(state.u):
             out, _, weights = self._attend(state, self.n_sublayers)
         if state.recorder is not None:
-            self._record(state.recorder, self.n_sublayers, weights, "block")
+            self._record(state.recorder, self.n_sublayers, weights)
         return out
 
 
