@@ -228,6 +228,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU here; run it on a GPU machine")
+    # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
+    args.fused = args.fused_depth or (args.compile and args.device == "cuda")
     args.variant_names = args.variants.split(",")
     if args.variant_names[0] != "baseline":
         parser.error("--variants must start with baseline (ratios are to the baseline)")
@@ -235,8 +237,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         base = base_name(name)
         if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
-        whole = args.compile and SUBLAYERS not in name and (args.device == "cpu" or WHOLE in name)
-        if whole and base != "baseline" and (EAGER in name or SCATTER in name):
+        if base != "baseline" and compiles_whole(name, args.compile, args.fused) and (EAGER in name or SCATTER in name):
             parser.error(
                 f"--variants {name}: -eager and -scatter choose how the two-phase depth autograd runs, and compiled "
                 "whole there is none (its depth attention is traced); add -sublayers to compile around it"
@@ -269,8 +270,6 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
         pin_malloc()
-    # the depth kernels are fused where training fuses them (runtime.compile on GPU) or when asked
-    fused = args.fused_depth or (args.compile and device.type == "cuda")
     print(
         f"device={device.type} dtype={args.dtype} threads={torch.get_num_threads()} batch={args.batch} "
         f"seq_len={args.seq_len} repeats={args.repeats} compile={args.compile} fused_depth={args.fused_depth} "
@@ -279,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = []
     for size, d_model, n_layer in args.size_list:
-        results += bench_size(args, size, d_model, n_layer, device, fused)
+        results += bench_size(args, size, d_model, n_layer, device, args.fused)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if k in ARG_KEYS}, "results": results}, f, indent=2)
@@ -290,16 +289,22 @@ ARG_KEYS = ("device", "dtype", "threads", "sizes", "seq_len", "batch", "head_dim
 ARG_KEYS += ("compile", "fused_depth", "json")
 
 
+def compiles_whole(name: str, compile: bool, fused: bool) -> bool:
+    """Whether variant ``name`` (Full / Block) compiles whole, its depth attention traced: as runtime.compile does
+    where the depth kernels are not fused (CPU), unless ``-sublayers``; where they are (GPU), only with ``-whole``."""
+    return compile and SUBLAYERS not in name and (not fused or WHOLE in name)
+
+
 def build_model(name: str, cfg: ModelConfig, device: torch.device, compile: bool, fused: bool) -> AttnResLM:
     """Variant ``name``'s model as it trains (``compile``: as runtime.compile=true), with its suffixes applied."""
     model = AttnResLM(cfg).to(device)
     model.checkpointing = CKPT in name
-    if compile and SUBLAYERS in name and isinstance(model.depth, AttnRes):
-        model.depth.fused = fused  # runtime.compile on CPU before 2026-12-07 (on GPU, what it still does)
+    if compile and isinstance(model.depth, AttnRes) and not compiles_whole(name, compile, fused):
+        model.depth.fused = fused  # runtime.compile on GPU (attnres.model.compile_model), and on CPU before 2026-12-07
         for sublayer in model.sublayers:
             sublayer.compile()
-    elif compile:  # as runtime.compile=true trains (attnres.model.compile_model); -whole: as it trains on CPU
-        model = compile_model(model, fuse_depth=fused and WHOLE not in name)
+    elif compile:  # the whole model (attnres.model.compile_model)
+        model = compile_model(model, fuse_depth=False)
     elif isinstance(model.depth, AttnRes):
         model.depth.fused = fused
     if isinstance(model.depth, AttnRes):

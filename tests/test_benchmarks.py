@@ -140,6 +140,13 @@ def test_the_attention_benchmark_compares_both_kernels_side_by_side(capsys):
         assert sdpa_ms > 0 and native_ms > 0 and low <= speedup <= high
 
 
+def test_fused_compiled_variants_may_scatter():
+    """With --fused-depth Full / Block compile each sublayer around the two-phase autograd (as on GPU), where -scatter
+    and -eager mean something: they are accepted, as they are refused where the model compiles whole (below)."""
+    args = bench_step.parse_args(["--compile", "--fused-depth", "--variants", "baseline,block4-scatter,full-eager"])
+    assert args.fused and not any(bench_step.compiles_whole(name, True, True) for name in args.variant_names)
+
+
 @pytest.mark.parametrize(
     "argv,fragment",
     [
