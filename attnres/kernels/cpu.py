@@ -102,8 +102,7 @@ def ops() -> ModuleType | None:
         warnings.warn(
             f"attnres: could not build the native CPU kernels ({type(err).__name__}: {first_line}); using torch ops "
             "for the depth attention, RMSNorm's backward and the token attention instead (same results to rounding, "
-            "slower). Set "
-            "ATTNRES_NATIVE=0 to skip the attempt.",
+            "slower). Set ATTNRES_NATIVE=0 to skip the attempt.",
             RuntimeWarning,
             stacklevel=2,
         )
