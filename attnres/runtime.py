@@ -12,7 +12,8 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
@@ -398,15 +399,24 @@ class _FirstCompileFailure(logging.Filter):
         return False
 
 
-def allow_eager_fallback() -> None:
-    """``runtime.compile``: a module torch.compile cannot compile runs eagerly instead of failing the run, with one
-    warning (torch's ``suppress_errors``, whose per-frame tracebacks are folded into that warning)."""
+@contextmanager
+def eager_fallback() -> Iterator[None]:
+    """``runtime.compile``, for the block: a module torch.compile cannot compile runs eagerly instead of failing the
+    run, with one warning (torch's ``suppress_errors``, whose per-frame tracebacks are folded into that warning).
+
+    Both are undone when the block ends. They used to be set for the whole process, so a script or notebook that
+    trained a compiled run and then compiled something of its own had every later compile failure hidden too.
+    """
     import torch._dynamo
 
-    torch._dynamo.config.suppress_errors = True
     logger = logging.getLogger(_COMPILE_LOGGER)
-    if not any(isinstance(f, _FirstCompileFailure) for f in logger.filters):
-        logger.addFilter(_FirstCompileFailure())
+    first_failure = _FirstCompileFailure()
+    logger.addFilter(first_failure)
+    try:
+        with torch._dynamo.config.patch(suppress_errors=True):
+            yield
+    finally:
+        logger.removeFilter(first_failure)
 
 
 def pin_malloc() -> None:

@@ -15,7 +15,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -267,7 +267,7 @@ def _fit(
     from attnres.model import compile_model
     from attnres.runtime import (
         Terminated,
-        allow_eager_fallback,
+        eager_fallback,
         pin_malloc,
         resolve_precision,
         torch_threads,
@@ -299,7 +299,6 @@ def _fit(
 
     lit = LitLM(cfg, corpus, budget.steps)
     if rt.compile:
-        allow_eager_fallback()
         lit.model = compile_model(lit.model, fuse_depth=gpu)
     device = torch.cuda.get_device_name() if gpu else "cpu"
     per_token = {s: bytes_per_token(corpus.manifest, s) for s in SPLITS}
@@ -348,7 +347,8 @@ def _fit(
         run_row.write(run_dir, status="running")
     try:
         try:
-            trainer.fit(lit, ckpt_path=latest_checkpoint(run_dir))
+            with eager_fallback() if rt.compile else nullcontext():  # torch compiles on the first step
+                trainer.fit(lit, ckpt_path=latest_checkpoint(run_dir))
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit)):  # interrupted runs stay resumable
                 logger.flush(trainer, status="failed", error=f"{type(err).__name__}: {err}")

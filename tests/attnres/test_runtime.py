@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnres.config import ConfigError, resolve_run_config
-from attnres.runtime import _COMPILE_LOGGER, _FirstCompileFailure, allow_eager_fallback, resolve_precision
+from attnres.runtime import _COMPILE_LOGGER, _FirstCompileFailure, eager_fallback, resolve_precision
 from tests.conftest import TINY
 
 
@@ -36,21 +36,15 @@ def test_bf16_on_a_gpu_without_it_is_one_clear_error():
 
 
 @pytest.fixture
-def eager_fallback():
-    """allow_eager_fallback for one test: torch's global setting and the log filter are undone after it. Through
-    torch's own config.patch: pytest's monkeypatch restores a module attribute from the module's __dict__, where
-    torch's config module keeps nothing, so its undo deleted the setting and every later torch.compile failed."""
-    logger = logging.getLogger(_COMPILE_LOGGER)
-    before = list(logger.filters)
-    with torch._dynamo.config.patch(suppress_errors=False):
-        torch._dynamo.reset()
-        allow_eager_fallback()
+def fallback():
+    """eager_fallback for one test, with torch's compile caches reset before and after it."""
+    torch._dynamo.reset()
+    with eager_fallback():
         yield
-    logger.filters[:] = before
     torch._dynamo.reset()
 
 
-def test_a_sublayer_that_fails_to_compile_runs_eagerly_with_one_warning(eager_fallback):
+def test_a_sublayer_that_fails_to_compile_runs_eagerly_with_one_warning(fallback):
     from attnres import AttnResLM
 
     cfg = resolve_run_config(None, TINY + ["model.residual=block", "model.n_blocks=2"]).model
@@ -71,6 +65,20 @@ def test_a_sublayer_that_fails_to_compile_runs_eagerly_with_one_warning(eager_fa
     assert len(failures) == 1 and "runtime.compile=false" in str(failures[0].message), [str(w.message) for w in caught]
     for out in got:
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_the_eager_fallback_is_undone_when_its_block_ends():
+    """A compiled run used to leave torch's suppress_errors on and its log filter in place for the whole process, so a
+    compile of the caller's own that failed later was hidden and its warning swallowed."""
+    logger = logging.getLogger(_COMPILE_LOGGER)
+    before, filters = torch._dynamo.config.suppress_errors, list(logger.filters)
+    with eager_fallback():
+        assert torch._dynamo.config.suppress_errors
+        assert any(isinstance(f, _FirstCompileFailure) for f in logger.filters)
+    assert torch._dynamo.config.suppress_errors == before and logger.filters == filters
+    with pytest.raises(RuntimeError, match="simulated"), eager_fallback():  # and when the block raises
+        raise RuntimeError("simulated")
+    assert torch._dynamo.config.suppress_errors == before and logger.filters == filters
 
 
 def test_the_filter_passes_what_is_not_a_failure():

@@ -595,9 +595,11 @@ def test_compiled_block_attnres_trains_like_the_eager_one(tmp_path, monkeypatch)
     """runtime.compile=true for Block AttnRes (on CPU the whole model, its depth attention traced): the same losses
     to rounding, and a checkpoint that the eager model loads (the parameter names do not change). A failed compile
     fails the test here instead of running eagerly with a warning (which would give the same losses)."""
+    from contextlib import nullcontext
+
     from attnres import runtime
 
-    monkeypatch.setattr(runtime, "allow_eager_fallback", lambda: None)
+    monkeypatch.setattr(runtime, "eager_fallback", nullcontext)
     args = TINY + ["model.residual=block", "model.n_blocks=2", "train.tokens=20000"]
     losses = {}
     for compiled in (False, True):
