@@ -179,9 +179,12 @@ class TracedAttnRes(_AttnResBase):
         with no_autocast(source):
             x = at_least_fp32(source)
             first = self.first_reader[len(state.blocks)]
-            inv_rms = torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps)
             state.blocks.append(x)
-            state.logits.append((x @ state.u[first:].T) * inv_rms)
+            state.logits.append((x @ state.u[first:].T) * self._inv_rms(x).unsqueeze(-1))
+
+    def _inv_rms(self, x: Tensor) -> Tensor:
+        """``1 / rms(x)`` over the last dim (B, T): the key norm's scale, its gain folded into the queries."""
+        return torch.rsqrt(x.square().mean(-1) + self.eps)
 
     def _attend(self, state: DepthState, query: int) -> tuple[Tensor, Tensor, Tensor]:
         """Query ``query`` against the completed slots: output (B, T, D), log-sum-exp (B, T), weights (k, B, T)."""
@@ -203,7 +206,7 @@ class TracedAttnRes(_AttnResBase):
                     self._record(state.recorder, layer, weights)
                 return out
             p = state.partial
-            logit = (p @ state.u[layer]) * torch.rsqrt(p.square().mean(-1) + self.eps)
+            logit = (p @ state.u[layer]) * self._inv_rms(p)
             keep = torch.sigmoid(lse - logit)  # the completed slots' share of the softmax, (B, T)
             if state.recorder is not None:
                 self._record(state.recorder, layer, weights, keep)
