@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -53,6 +54,10 @@ from attnres.mixers import AttnRes, build_mixer
 from attnres.model import AttnResLM, compile_model
 from attnres.runtime import pin_malloc
 from attnres.variants import Variant
+
+# torch's profiler (the peak memory below, and profile_step.py's op table) logs two lines to stderr each time it starts
+# and stops; kineto's level 6 keeps them out of the benchmarks' output (read when the profiler first starts)
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
 CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer

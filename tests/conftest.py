@@ -17,6 +17,16 @@ needs_cxx = pytest.mark.skipif(
     not HAS_CXX,
     reason="torch.compile on CPU needs a C++ compiler (g++ or clang++, or $CXX)",
 )
+# Tests that check the native CPU kernels ran (attnres.kernels.cpu and the token attention's, built with that compiler):
+# ATTNRES_NATIVE=0 turns them off (attnres.kernels.cpu.enabled, read here without importing torch), and they skip
+_NATIVE_OFF = (
+    "ATTNRES_NATIVE=0 turns the native kernels off"
+    if os.environ.get("ATTNRES_NATIVE", "1") == "0"
+    else ""
+    if HAS_CXX
+    else "the native kernels need a C++ compiler (g++ or clang++, or $CXX)"
+)
+needs_native = pytest.mark.skipif(bool(_NATIVE_OFF), reason=_NATIVE_OFF)
 # Tests that torch.compile the fused depth kernels (or a whole model) for the CPU: Inductor spends about 40 s a session
 # compiling what CPU training never runs (runtime.compile is for GPUs; CPU training uses the native kernels, tested in
 # the default tier), so they run in the integration tier, which CI runs too.

@@ -347,14 +347,12 @@ def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
         grad, scale, c, w, out = bufs.pending[q]
         if out is not None:  # kept for the native kernel to form c (its first slot ran in torch ops after all)
             torch.sum(out * grad, -1, out=c)
-            bufs.pending[q] = bufs.pending[q]._replace(out=None)
         w, lg = w[slot], bufs.logit_grad[slot, q].view(-1)
         if c is not None:
             lg.add_(((x * grad).sum(-1) - c).mul_(w))
         ws = w if scale is None else w * scale
         dx = grad * ws.unsqueeze(-1) if dx is None else dx.addcmul_(grad, ws.unsqueeze(-1))
-    if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
-        bufs.pending.clear()
+    _gathered(bufs, slot, readers)
     return dx.view_as(bufs.values[slot])
 
 
@@ -379,12 +377,19 @@ def _gather_native(bufs: Buffers, slot: int, first: int, u: Tensor) -> tuple[Ten
         bufs.inv_rms[slot].flatten(),
         u[first:].contiguous(),
     )
-    for q, k in zip(readers, kept):
-        if k.out is not None:  # its c is formed now: later slots read it, and out is let go
-            bufs.pending[q] = k._replace(out=None)
-    if slot == 0:  # the last slot to run backward: every kept gradient has been gathered
-        bufs.pending.clear()
+    _gathered(bufs, slot, readers)
     return dx.view_as(bufs.values[slot]), dzr
+
+
+def _gathered(bufs: Buffers, slot: int, readers: list[int]) -> None:
+    """After ``slot`` gathered ``readers``: a reader's ``c`` is formed now (later slots read it), so its kept output
+    is let go; the last slot to run backward (0) has gathered every kept gradient, so all are."""
+    if slot == 0:
+        bufs.pending.clear()
+        return
+    for q in readers:
+        if bufs.pending[q].out is not None:
+            bufs.pending[q] = bufs.pending[q]._replace(out=None)
 
 
 def _fused(bufs: Buffers) -> bool:

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 
 from attnres.kernels import attention
 from attnres.kernels import cpu as cpu_kernels
-from tests.conftest import needs_cxx
+from tests.conftest import needs_native
 
 # native_calls (tests/conftest.py) lists the native kernels that ran; these tests need them built and on
-pytestmark = [needs_cxx, pytest.mark.skipif(not cpu_kernels.enabled, reason="ATTNRES_NATIVE=0 turns the kernels off")]
+pytestmark = needs_native
 
 
 def qkv(b: int, h: int, t: int, hd: int, dtype=torch.float64, seed: int = 0) -> list[torch.Tensor]:
@@ -135,7 +135,7 @@ def test_fake_tensors_get_the_real_shapes_and_layout():
         assert (f.shape, f.stride()) == (r.shape, r.stride())
 
 
-@pytest.mark.integration  # Inductor compiles for the CPU: tests/conftest.py's compiles_for_cpu (needs_cxx: above)
+@pytest.mark.integration  # Inductor compiles for the CPU: tests/conftest.py's compiles_for_cpu (needs_native: above)
 def test_torch_compile_keeps_the_native_kernels(native_calls):
     """Compiled, the operators are opaque calls in the graph (forward and backward) with the eager results."""
     q, k, v = qkv(2, 3, 24, 16, torch.float32)

@@ -22,7 +22,7 @@ from attnres.kernels import cpu as cpu_kernels
 from attnres.kernels import fused as fused_kernels
 from attnres.kernels import two_phase
 from attnres.mixers import TracedAttnRes
-from tests.conftest import compiles_for_cpu, needs_cxx
+from tests.conftest import compiles_for_cpu, needs_cxx, needs_native
 
 VARIANTS = [("baseline", 1), ("full", 1), ("block", 1), ("block", 2), ("block", 3), ("block", 8)]
 
@@ -221,7 +221,7 @@ def kernel_calls(monkeypatch) -> set[str]:
 # C++ kernels of attnres.kernels.cpu (what CPU training uses), or through the torch.compile'd kernels of
 # attnres.kernels.fused (what runtime.compile uses on GPU; compiled for CPU here).
 PATHS = pytest.mark.parametrize(
-    "path", ["eager", pytest.param("native", marks=needs_cxx), pytest.param("fused", marks=compiles_for_cpu)]
+    "path", ["eager", pytest.param("native", marks=needs_native), pytest.param("fused", marks=compiles_for_cpu)]
 )
 
 
@@ -362,7 +362,7 @@ def test_gradients_from_an_inner_sublayer_match_the_reference(layer, gather, pat
             torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
 
 
-@needs_cxx
+@needs_native
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 3)])
 def test_a_first_querys_deferred_dot_is_formed_by_a_torch_ops_gather_too(residual, n_blocks, monkeypatch):
     """Natively, a block's first query leaves c = <out, g> for the first slot's kernel to form (two_phase.Kept.out);
@@ -831,7 +831,7 @@ def test_rms_norm_keeps_torchs_forward_and_differentiates_it():
     torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-5)
 
 
-@needs_cxx
+@needs_native
 def test_rms_norm_runs_natively_only_where_a_gradient_is_wanted_on_cpu_fp32(monkeypatch, native_calls):
     from attnres.kernels import rms_norm as norm_module
 
