@@ -13,7 +13,7 @@ from attnres import AttnResLM
 from attnres.kernels import attention
 from attnres.kernels import cpu as cpu_kernels
 from benchmarks import bench_step
-from tests.conftest import needs_cxx
+from tests.conftest import needs_cxx, needs_native
 
 
 def test_median_ci_covers_the_true_median_at_its_level():
@@ -127,7 +127,7 @@ def test_the_compiled_variants_compile_what_they_name(name, fused, whole):
     assert all((s._compiled_call_impl is not None) == (not whole) for s in model.sublayers)
 
 
-@needs_cxx
+@needs_native  # bench_attention refuses to run with the kernels off
 def test_the_attention_benchmark_compares_both_kernels_side_by_side(capsys):
     from benchmarks import bench_attention
 
