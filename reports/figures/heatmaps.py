@@ -79,8 +79,8 @@ def plot_depth_attention(
     ``"block-N4"``): pre-attention queries left, pre-MLP queries (and the final aggregation) right, one
     shared color scale. ``run_ids`` picks the runs; by default the chosen seeds of the reference shape. The title
     names the curve's variant as its points carry it (:func:`analysis.data.select.curve_variants`, Block with its
-    N), so the curve needs a finished run. ``points``: the fit's points of the sweep (default: selected from
-    ``runs`` by ``select_method``)."""
+    N), or as the rows of ``run_ids`` do where the curve has no finished run (a sweep in progress). ``points``: the
+    fit's points of the sweep (default: selected from ``runs`` by ``select_method``)."""
     import matplotlib as mpl
     import matplotlib.pyplot as plt
 
@@ -95,8 +95,8 @@ def plot_depth_attention(
     mats = depth_attention_matrices(d)
     is_block = (d["source_kind"].astype(str).isin(["block", "partial"])).any()
     variants = curve_variants(points)
-    if variant not in variants:  # explicit run_ids of a curve with no finished run
-        raise MissingData(f"no finished runs of {variant!r} in sweep {sweep!r}")
+    if variant not in variants:  # explicit run_ids of a curve with no finished run (yet): named from their own rows
+        variants = curve_variants(runs[runs["run_id"].astype(str).isin(run_ids)].assign(curve=variant))
     norm, clipped = _color_scale(mats)
     n_rows = max(len(mats.get(k, (None, []))[1]) + (1 if k == "mlp" and "final" in mats else 0) for k, _ in _PANELS)
     n_cols = next(iter(mats.values()))[0].shape[1]

@@ -440,6 +440,18 @@ def test_depth_attention_matrices_rows_sum_to_one(scaling):
         assert partial.shape == mat.shape
 
 
+def test_depth_attention_of_runs_still_in_training(scaling):
+    """Explicit run_ids of a curve with no finished run (a sweep in progress): drawn, named from the runs' own rows
+    (it used to raise MissingData: the title took the curve's variant from the finished runs' points)."""
+    results, _ = scaling
+    block = results.runs["variant"] == "block"
+    runs = results.runs.assign(status=results.runs["status"].where(~block, "running"))
+    run_id = str(runs[block]["run_id"].iloc[0])
+    fig = reports.plot_depth_attention(runs, results.depth_attn, variant="block", sweep="scaling", run_ids=[run_id])
+    assert "Block AttnRes (N=4)" in texts(fig)["title"][-1]
+    assert len(fig.axes[0].get_images()) == 1
+
+
 def test_depth_attention_of_a_missing_variant(scaling):
     results, _ = scaling
     with pytest.raises(MissingData):
