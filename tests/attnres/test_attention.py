@@ -31,11 +31,11 @@ def check_against_sdpa(q, k, v, dout, calls: list[str]) -> None:
 
     def run(dtype: torch.dtype, native: bool) -> list[torch.Tensor]:
         inputs = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]  # .to() keeps each tensor's strides
-        attention.enabled = native
+        was, attention.enabled = attention.enabled, native
         try:
             out = attention.causal_attention(*inputs)
         finally:
-            attention.enabled = True
+            attention.enabled = was
         nonlocal eager_out
         eager_out = out
         out.backward(dout.to(dtype))
