@@ -21,6 +21,8 @@ named with ``-ckpt`` (``block4-ckpt``) trains with ``runtime.checkpointing=subla
 backward; its peak memory beside the plain variant's is what activation checkpointing saves. A variant named with
 ``-scatter`` (``full-scatter``, ``block8-scatter``) forms the slots' gradients as before 2026-12-06, each reader
 adding its share into every slot's gradient buffer, instead of each slot gathering its readers' (``Buffers.gather``).
+A variant named with ``-ungrouped`` (``full-ungrouped``) gathers each slot's readers in the slot's own backward only, as
+before 2026-12-07, instead of a group of slots sharing the reads of their common readers (``two_phase.gather_plan``).
 A variant named with ``-sdpa`` (``baseline-sdpa``) runs the token attention through torch's SDPA instead of the
 native CPU kernels of ``attnres.kernels.attention`` (what CPU training used before 2026-12-07). With ``--compile``, a
 Full / Block variant named with ``-sublayers`` (``block4-sublayers``) compiles each sublayer around the eager two-phase
@@ -62,14 +64,15 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 EAGER = "-eager"  # variant suffix: the depth attention in torch ops, without attnres.kernels.cpu's CPU kernels
 CKPT = "-ckpt"  # variant suffix: runtime.checkpointing=sublayer
 SCATTER = "-scatter"  # variant suffix: the slots' gradients scattered by the readers (AttnRes.gather = False)
+UNGROUPED = "-ungrouped"  # variant suffix: each slot gathers all of its readers itself (AttnRes.group = False)
 SDPA = "-sdpa"  # variant suffix: the token attention through torch's SDPA, without attnres.kernels.attention's kernels
 SUBLAYERS = "-sublayers"  # variant suffix, with --compile: each sublayer compiled around the eager two-phase AttnRes
 WHOLE = "-whole"  # variant suffix, with --compile: the whole model, its depth attention traced, on any device
 
 
 def base_name(name: str) -> str:
-    """The variant without its -eager / -ckpt / -scatter / -sdpa / -sublayers / -whole suffixes."""
-    for suffix in (EAGER, CKPT, SCATTER, SDPA, SUBLAYERS, WHOLE):
+    """The variant without its -eager / -ckpt / -scatter / -ungrouped / -sdpa / -sublayers / -whole suffixes."""
+    for suffix in (EAGER, CKPT, SCATTER, UNGROUPED, SDPA, SUBLAYERS, WHOLE):
         name = name.replace(suffix, "")
     return name
 
@@ -181,11 +184,12 @@ def depth_only_time(
     fused: bool,
     native: bool = True,
     gather: bool = True,
+    group: bool = True,
 ) -> callable:
     """Forward + backward of the depth mixer alone; sublayer l is the stand-in ``v = h * c_l``."""
     mixer = build_mixer(cfg, fused=fused).to(device)
     if isinstance(mixer, AttnRes):
-        mixer.gather = gather
+        mixer.gather, mixer.group = gather, group
     scales = torch.linspace(0.5, 1.5, cfg.n_sublayers, device=device)
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype, requires_grad=True)
 
@@ -242,10 +246,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         base = base_name(name)
         if base.startswith("block") and not base[5:].isdigit():
             parser.error(f"--variants: {name!r} is not a variant; Block AttnRes is written block<N>, e.g. block4")
-        if base != "baseline" and compiles_whole(name, args.compile, args.fused) and (EAGER in name or SCATTER in name):
+        eager_only = any(suffix in name for suffix in (EAGER, SCATTER, UNGROUPED))
+        if base != "baseline" and compiles_whole(name, args.compile, args.fused) and eager_only:
             parser.error(
-                f"--variants {name}: -eager and -scatter choose how the two-phase depth autograd runs, and compiled "
-                "whole there is none (its depth attention is traced); add -sublayers to compile around it"
+                f"--variants {name}: -eager, -scatter and -ungrouped choose how the two-phase depth autograd runs, and "
+                "compiled whole there is none (its depth attention is traced); add -sublayers to compile around it"
             )
     args.size_list = parse_sizes(parser, args, args.seq_len)
     return args
@@ -313,7 +318,7 @@ def build_model(name: str, cfg: ModelConfig, device: torch.device, compile: bool
     elif isinstance(model.depth, AttnRes):
         model.depth.fused = fused
     if isinstance(model.depth, AttnRes):
-        model.depth.gather = SCATTER not in name
+        model.depth.gather, model.depth.group = SCATTER not in name, UNGROUPED not in name
     return model
 
 
@@ -331,8 +336,8 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         runners.append(Runner(name, model, opt, tokens, autocast))
         dtype = torch.bfloat16 if autocast else torch.float32
-        native, gather = EAGER not in name, SCATTER not in name
-        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native=native, gather=gather))
+        native, gather, group = EAGER not in name, SCATTER not in name, UNGROUPED not in name
+        depth_runs.append(depth_only_time(cfg, args.batch, device, dtype, fused, native, gather, group))
     for runner, depth in zip(runners, depth_runs):
         for _ in range(args.warmup):
             runner.step()
@@ -351,9 +356,10 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
     peaks = {r.name: peak_bytes(r, device) for r in runners}
     estimates = {r.name: estimated_bytes(r, args.batch, device) for r in runners}
     print(f"\nd_model={d_model} n_layer={n_layer} n_head={n_head} (L={2 * n_layer} sublayers)")
+    width = max(12, *(len(r.name) for r in runners))
     print(
-        f"{'variant':>12} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} {'est/peak':>8} "
-        f"{'depth ms':>9}"
+        f"{'variant':>{width}} {'step ms':>9} {'x base':>7} {'95% CI':>14} {'peak MiB':>9} {'x base':>7} "
+        f"{'est/peak':>8} {'depth ms':>9}"
     )
     rows = []
     for r in runners:
@@ -373,7 +379,7 @@ def bench_size(args, size: str, d_model: int, n_layer: int, device: torch.device
         }
         rows.append(row)
         print(
-            f"{r.name:>12} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
+            f"{r.name:>{width}} {row['step_ms']:9.1f} {row['step_ratio']:7.3f} "
             f"[{low:.3f}, {high:.3f}] {row['peak_mib']:9.1f} "
             f"{row['peak_ratio']:7.3f} {estimates[r.name] / peaks[r.name]:8.3f} {row['depth_ms']:9.2f}"
         )

@@ -84,6 +84,14 @@ def test_an_eager_variant_runs_without_the_native_kernels(monkeypatch):
         assert cpu_kernels.enabled == default  # switched back after the step
 
 
+def test_an_ungrouped_variant_gathers_each_slot_alone():
+    """``full-ungrouped`` is Full AttnRes with each slot gathering all of its readers itself (AttnRes.group = False)."""
+    for name, group in (("full-ungrouped", False), ("full", True), ("block2-scatter", True)):
+        cfg = bench_step.variant_config(name, 32, 2, 16, 2)
+        model = bench_step.build_model(name, cfg, torch.device("cpu"), compile=False, fused=False)
+        assert model.depth.group is group and model.depth.gather is ("scatter" not in name), name
+
+
 @needs_cxx
 def test_an_sdpa_variant_runs_the_token_attention_through_torch(monkeypatch):
     """``baseline-sdpa`` takes torch's SDPA for the token attention; ``baseline`` the native kernels (head_dim 16)."""
@@ -155,6 +163,7 @@ def test_fused_compiled_variants_may_scatter():
         (["--sizes", "64x2", "--variants", "baseline,block8"], "n_blocks=8 is out of range"),
         (["--variants", "full,baseline"], "must start with baseline"),
         (["--compile", "--variants", "baseline,block4-scatter"], "compiled whole there is none"),
+        (["--compile", "--variants", "baseline,full-ungrouped"], "add -sublayers"),
         (["--compile", "--variants", "baseline,full-eager"], "add -sublayers"),
         pytest.param(
             ["--device", "cuda"],

@@ -73,8 +73,10 @@ inline void combine(float* out, const float* const* rows, const float* c, int64_
     std::memcpy(out + i0 + 8, &hi, sizeof hi);
   }
   for (int64_t i = i0; i < d; ++i) {  // the columns after the last whole 16
+    // explicit fused multiply-adds, as the vector loop's: left to the compiler, the contraction of this loop varied
+    // with where combine was inlined, so a sum split in two (deposit_backward's partial) gave other bits
     float a = c[0] * rows[0][i];
-    for (int64_t j = 1; j < m; ++j) a += c[j] * rows[j][i];
+    for (int64_t j = 1; j < m; ++j) a = std::fma(c[j], rows[j][i], a);
     out[i] = a;
   }
 }
@@ -380,10 +382,9 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 // its softmax weight on this slot is w_q (N); readers come in descending query order. A reader that left its logits'
 // gradient to the slot (a block's first query, c_q = <out_q, g_q>; a merge, c_q from merge_backward_kept) adds
 // w_q (s_q <x, g_q> - c_q) to its row of the slot's logit gradient (row reader_rows[q] of logit_rows, below); an empty
-// c_q formed it itself. A reader that
-// gives its phase-1 output out_q (N, D) has c_q formed here first, into c_q, while g_q's row is at hand (the first
-// slot to gather a block's first query; the later ones get c_q). Then, with z the
-// slot's logit rows (Q', N) against the queries u (Q', D) that read it, dz their gradient (Q', N, every reader's
+// c_q formed it itself. A reader that gives its phase-1 output out_q (N, D) has c_q formed here first, into c_q,
+// while g_q's row is at hand (the first slot to gather a block's first query; the later ones get c_q). Then, with z
+// the slot's logit rows (Q', N) against the queries u (Q', D) that read it, dz their gradient (Q', N, every reader's
 // added now) and r = 1/rms(x):
 //     dx = sum_q w_q s_q g_q + (r dz)^T u - (r^2 / D) (sum_q dz_q z_q) x      (z_q = r <x, u_q>, dr/dx = -r^3 x / D)
 // returned with r dz (Q', N), whose product with x (du = (r dz) x, a sum over the tokens) the caller forms (a BLAS
@@ -392,6 +393,15 @@ void deposit_forward(const torch::Tensor& prev, const torch::Tensor& last, const
 // backward reads each reader's gradient once and writes dx once, a third of the traffic of adding each reader's
 // share into a slot-gradient buffer as it comes (slot_backward, merge_backward), and none for the logits' path (five
 // more passes over dx and x in torch ops).
+//
+// Ahead (a group of slots, attnres.kernels.two_phase.gather_plan): every reader of this slot reads the lower slots
+// too, so while its gradient row is at hand this call also forms those slots' share of it, for each ahead slot a with
+// rows ahead_x[a] (N, D), its weight rows ahead_weights[a * readers + q] (N) and logit-gradient rows
+// ahead_logit_rows[a * readers + q] (N, added to as above): the partial sum sum_q w_aq s_q g_q (N, D), returned after
+// dx and dzr, one per ahead slot. That slot's own call later takes it as `partial` and gathers only the readers below
+// this slot's: each of these readers' gradients is read once for the group, not once per slot (Full AttnRes at 16
+// sublayers reads 35 % fewer bytes here). `partial` comes first in dx's sum, then the readers in descending order, as
+// in the one sum over every reader it replaces, so dx is the same bits.
 std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::vector<torch::Tensor>& grads,
                                             const std::vector<torch::Tensor>& scales,
                                             const std::vector<torch::Tensor>& weights,
@@ -399,10 +409,14 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
                                             const std::vector<torch::Tensor>& outs,
                                             const std::vector<int64_t>& reader_rows, torch::Tensor logit_rows,
                                             const torch::Tensor& logits, const torch::Tensor& r,
-                                            const torch::Tensor& u) {
+                                            const torch::Tensor& u, const torch::Tensor& partial,
+                                            const std::vector<torch::Tensor>& ahead_x,
+                                            const std::vector<torch::Tensor>& ahead_weights,
+                                            std::vector<torch::Tensor> ahead_logit_rows) {
   check(x, "x", 2), check(logit_rows, "logit_rows", 2), check(logits, "logits", 2), check(r, "r", 1);
   check(u, "u", 2);
   const int64_t n = x.size(0), d = x.size(1), readers = static_cast<int64_t>(grads.size()), queries = u.size(0);
+  const int64_t ahead = static_cast<int64_t>(ahead_x.size());
   TORCH_CHECK(x.is_contiguous() && static_cast<int64_t>(weights.size()) == readers &&
                   static_cast<int64_t>(scales.size()) == readers &&
                   static_cast<int64_t>(dots_out.size()) == readers && static_cast<int64_t>(outs.size()) == readers &&
@@ -412,8 +426,16 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
                   logit_rows.size(0) == queries && logit_rows.size(1) == n && logits.size(0) == queries &&
                   logits.size(1) == n,
               "deposit_backward: logit rows (Q', N) and queries (Q', D) that match the slot");
-  std::vector<const float*> G, S, W, O;
-  std::vector<float*> C, LG;
+  const bool summed = partial.numel() > 0;
+  if (summed) {
+    check(partial, "partial", 2);
+    TORCH_CHECK(partial.is_contiguous() && partial.sizes() == x.sizes(), "deposit_backward: a partial sum like x");
+  }
+  TORCH_CHECK(static_cast<int64_t>(ahead_weights.size()) == ahead * readers &&
+                  static_cast<int64_t>(ahead_logit_rows.size()) == ahead * readers && (ahead == 0 || readers > 0),
+              "deposit_backward: a weight row and a logit row per ahead slot and reader, and readers to share");
+  std::vector<const float*> G, S, W, O, AX, AW;
+  std::vector<float*> C, LG, ALG, AP;
   for (int64_t q = 0; q < readers; ++q) {
     check(grads[q], "grad", 2), check(weights[q], "weights", 1);
     if (dots_out[q].numel() > 0) check(dots_out[q], "dots_out", 1);
@@ -437,39 +459,62 @@ std::vector<torch::Tensor> deposit_backward(const torch::Tensor& x, const std::v
     C.push_back(logit ? dots_out[q].data_ptr<float>() : nullptr);
     LG.push_back(logit ? logit_rows.data_ptr<float>() + reader_rows[q] * logit_rows.stride(0) : nullptr);
   }
-  torch::Tensor dx = torch::empty_like(x), dzr = torch::empty({queries, n}, x.options());
+  std::vector<torch::Tensor> result = {torch::empty_like(x), torch::empty({queries, n}, x.options())};
+  for (int64_t a = 0; a < ahead; ++a) {
+    check(ahead_x[a], "ahead_x", 2);
+    TORCH_CHECK(ahead_x[a].is_contiguous() && ahead_x[a].sizes() == x.sizes(), "deposit_backward: ahead slots like x");
+    AX.push_back(ahead_x[a].data_ptr<float>());
+    result.push_back(torch::empty_like(x));
+    AP.push_back(result.back().data_ptr<float>());
+    for (int64_t q = 0; q < readers; ++q) {
+      const torch::Tensor &aw = ahead_weights[a * readers + q], &al = ahead_logit_rows[a * readers + q];
+      check(aw, "ahead_weights", 1), check(al, "ahead_logit_rows", 1);
+      TORCH_CHECK(aw.size(0) == n && al.size(0) == n, "deposit_backward: ahead rows must match the slot");
+      AW.push_back(aw.data_ptr<float>()), ALG.push_back(al.data_ptr<float>());
+    }
+  }
   const float *X = x.data_ptr<float>(), *LR = logit_rows.data_ptr<float>(), *Z = logits.data_ptr<float>();
-  const float *R = r.data_ptr<float>(), *U = u.data_ptr<float>();
-  float *DX = dx.data_ptr<float>(), *DZ = dzr.data_ptr<float>();
-  const int64_t ls = logit_rows.stride(0), zs = logits.stride(0);
+  const float *R = r.data_ptr<float>(), *U = u.data_ptr<float>(), *PS = summed ? partial.data_ptr<float>() : nullptr;
+  float *DX = result[0].data_ptr<float>(), *DZ = result[1].data_ptr<float>();
+  const int64_t ls = logit_rows.stride(0), zs = logits.stride(0), first = summed ? 1 : 0;
   const float inv_d = 1.f / static_cast<float>(d);
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    // dx_t = sum_q (w_q s_q) g_q + sum_q dz_q u_q + coef x_t: the rows and their coefficients, for combine
-    const int64_t terms = readers + queries + 1;
+    // dx_t = partial_t + sum_q (w_q s_q) g_q + sum_q dz_q u_q + coef x_t: the rows and their coefficients, for combine
+    const int64_t terms = first + readers + queries + 1;
     std::vector<const float*> rows(terms);
-    std::vector<float> coefs(terms);
-    for (int64_t q = 0; q < queries; ++q) rows[readers + q] = U + q * d;
+    std::vector<float> coefs(terms), ahead_coefs(ahead * readers);
+    for (int64_t q = 0; q < queries; ++q) rows[first + readers + q] = U + q * d;
+    if (summed) coefs[0] = 1.f;
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = X + t * d;
+      if (summed) rows[0] = PS + t * d;
       for (int64_t q = 0; q < readers; ++q) {
         const float* gt = G[q] + t * d;
         const float s = S[q] ? S[q][t] : 1.f, w = W[q][t];
         if (O[q]) C[q][t] = dot(O[q] + t * d, gt, d);
         if (C[q]) LG[q][t] += w * (s * dot(xt, gt, d) - C[q][t]);
-        rows[q] = gt, coefs[q] = w * s;
+        rows[first + q] = gt, coefs[first + q] = w * s;
+        for (int64_t a = 0; a < ahead; ++a) {
+          const int64_t aq = a * readers + q;
+          const float wa = AW[aq][t];
+          if (C[q]) ALG[aq][t] += wa * (s * dot(AX[a] + t * d, gt, d) - C[q][t]);
+          ahead_coefs[aq] = wa * s;
+        }
       }
       const float rt = R[t];
       float zsum = 0.f;
       for (int64_t q = 0; q < queries; ++q) {
         const float dz = LR[q * ls + t] * rt;
-        DZ[q * n + t] = dz, coefs[readers + q] = dz;
+        DZ[q * n + t] = dz, coefs[first + readers + q] = dz;
         zsum += dz * Z[q * zs + t];
       }
       rows[terms - 1] = xt, coefs[terms - 1] = -zsum * rt * inv_d;
       combine(DX + t * d, rows.data(), coefs.data(), terms, d);
+      for (int64_t a = 0; a < ahead; ++a)
+        combine(AP[a] + t * d, rows.data() + first, ahead_coefs.data() + a * readers, readers, d);
     }
   });
-  return {dx, dzr};
+  return result;
 }
 
 // RMSNorm's backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps) (the forward is torch's, which also returns r):

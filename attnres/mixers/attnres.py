@@ -89,6 +89,9 @@ class AttnRes(_AttnResBase):
         # the slots gather their readers' gradients (False: the readers scatter them into the slots' gradient
         # buffers; benchmarks/bench_step.py's -scatter variants compare the two; the fused kernels always scatter)
         self.gather = True
+        # natively, a group of slots forms its shares of their common readers in one pass (two_phase.gather_plan;
+        # the same bits; False: each slot reads all of its readers, for bench_step.py's -ungrouped variants)
+        self.group = True
 
     def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
         state = DepthState(embedding, recorder)
@@ -100,6 +103,7 @@ class AttnRes(_AttnResBase):
             fused=self.fused,
             # the slots gather their readers' gradients in their own backward (attnres.kernels.two_phase.Buffers)
             gather=self.gather and not self.fused,
+            group=self.group,
         )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
         state.tokens = [Deposit.apply(None, embedding, state.u, state.bufs, 0, 0)]

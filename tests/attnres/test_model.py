@@ -422,6 +422,150 @@ def test_full_attnres_gathers_the_slots_gradients_from_an_inner_sublayer(layer, 
             torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
 
 
+def plan_cost(firsts: tuple[int, ...], queries: int, groups: list[tuple[int, ...]]) -> int:
+    """The (N, D) tensors the slots' backward reads and writes with slots grouped as ``groups`` (each a run of slots,
+    its top first): a slot reads its rows, each reader it gathers and writes its gradient; a group's top also reads
+    each lower slot's rows and writes its partial sum of the top's readers, which that slot reads in place of them."""
+    readers = [queries - f for f in firsts]
+    cost = 0
+    for top, *lower in groups:
+        cost += 2 + readers[top] + sum(2 + 1 + 2 + readers[i] - readers[top] for i in lower)
+    return cost
+
+
+def partitions(slots: int) -> list[list[tuple[int, ...]]]:
+    """Every way to cut slots 0..slots-1 into runs, each run listed top first."""
+    found = []
+    for cuts in range(2 ** (slots - 1)):
+        groups, run = [], [0]
+        for slot in range(1, slots):
+            if cuts >> (slot - 1) & 1:
+                groups.append(tuple(reversed(run)))
+                run = []
+            run.append(slot)
+        found.append([*groups, tuple(reversed(run))])
+    return found
+
+
+@pytest.mark.parametrize(
+    "firsts,queries",
+    [
+        ((0, 2, 4, 6, 8, 10, 12, 14, 16), 17),  # Block N = 8, 16 sublayers
+        (tuple(range(9)), 9),  # Full AttnRes, 8 sublayers
+        ((0, 4, 8, 12, 16), 17),  # Block N = 4, 16 sublayers
+        ((0, 3, 6, 8), 9),  # blocks of 3, 3, 2
+        ((0, 1), 2),  # one sublayer
+    ],
+)
+def test_the_gather_plan_reads_the_fewest_tensors(firsts, queries):
+    """two_phase.gather_plan against every partition of the slots into runs: none reads and writes fewer (N, D)
+    tensors, and of the partitions that tie, it holds no more partial sums."""
+    plan = two_phase.gather_plan(firsts, queries)
+    groups = [
+        (top, *plan.get(top, ()))
+        for top in range(len(firsts))
+        if top in plan or not any(top in lower for lower in plan.values())
+    ]
+    assert sorted(slot for group in groups for slot in group) == list(range(len(firsts)))  # each slot once
+    for top, *lower in groups:
+        assert lower == list(range(top - 1, top - 1 - len(lower), -1))  # a run below its top, in backward order
+    best = min(plan_cost(firsts, queries, p) for p in partitions(len(firsts)))
+    assert plan_cost(firsts, queries, groups) == best
+    held = min(sum(len(g) - 1 for g in p) for p in partitions(len(firsts)) if plan_cost(firsts, queries, p) == best)
+    assert sum(len(lower) for lower in plan.values()) == held
+
+
+def test_the_gather_plan_saves_what_its_docstring_says():
+    singles = lambda firsts, q: plan_cost(firsts, q, [(slot,) for slot in range(len(firsts))])  # noqa: E731
+
+    def grouped(firsts, q):
+        plan = two_phase.gather_plan(firsts, q)
+        lower = {slot for run in plan.values() for slot in run}
+        return plan_cost(firsts, q, [(t, *plan.get(t, ())) for t in range(len(firsts)) if t not in lower])
+
+    block8 = (0, 2, 4, 6, 8, 10, 12, 14, 16)
+    assert (singles(block8, 17), grouped(block8, 17)) == (99, 71)
+    assert (singles(tuple(range(17)), 17), grouped(tuple(range(17)), 17)) == (187, 122)
+    assert (singles(tuple(range(49)), 49), grouped(tuple(range(49)), 49)) == (1323, 500)
+
+
+@pytest.fixture
+def ahead_calls(monkeypatch) -> list[int]:
+    """How many lower slots each native ``deposit_backward`` call formed partial sums for, filled as the test runs."""
+    calls: list[int] = []
+    real = cpu_kernels.ops()
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def deposit_backward(self, *args):
+            calls.append(len(args[12]))  # ahead_x
+            return real.deposit_backward(*args)
+
+    monkeypatch.setattr(cpu_kernels, "ops", lambda: Spy())
+    return calls
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        small("full"),
+        small("block", 8, n_layer=8),  # Block N = 8 of 16 sublayers: merges too
+        small("block", 4, n_layer=8),
+        small("full", d_model=40),  # 40 columns: 8 after the last whole 16, summed apart (cpu.cpp's combine)
+        small("block", 8, n_layer=8, d_model=40),
+    ],
+    ids=["full", "block8", "block4", "full-d40", "block8-d40"],
+)
+def test_grouped_slots_give_the_same_gradients_to_the_bit(cfg, ahead_calls):
+    """Natively, a group's top slot forms its lower slots' share of their common readers (two_phase.gather_plan), and
+    each lower slot adds it first, where those readers came first in the one sum it replaces: every gradient is the
+    same bits as each slot gathering all of its readers (``AttnRes.group = False``)."""
+    grads = {}
+    for group in (True, False):
+        torch.manual_seed(0)
+        model = randomize_depth(AttnResLM(cfg))
+        model.depth.group = group
+        x, target = tokens(cfg), tokens(cfg, seed=1)
+        F.cross_entropy(model(x).flatten(0, 1), target.flatten()).backward()
+        grads[group] = [p.grad for p in model.parameters()]
+        assert any(ahead_calls) == group  # grouped: some calls formed partial sums; ungrouped: none
+        ahead_calls.clear()
+    for (name, _), a, b in zip(model.named_parameters(), grads[True], grads[False], strict=True):
+        assert torch.equal(a, b), name
+
+
+@needs_native
+def test_a_slot_that_runs_in_torch_ops_adds_its_partial_sum(monkeypatch, ahead_calls):
+    """Should a grouped slot's backward run in torch ops (``_gather``) after its group's top ran natively, it starts
+    from the partial sum the top formed and gathers only the readers below the top's: against the reference."""
+    real = two_phase._native
+
+    def native(bufs, *tensors):  # slot 0's backward (its values row) in torch ops, all else as before
+        return real(bufs, *tensors) and not (len(tensors) == 1 and tensors[0].data_ptr() == bufs.values.data_ptr())
+
+    monkeypatch.setattr(two_phase, "_native", native)
+    consumed = []
+    gather = two_phase._gather
+
+    def spy(bufs, slot, first):
+        consumed.append(slot in bufs.partials)
+        return gather(bufs, slot, first)
+
+    monkeypatch.setattr(two_phase, "_gather", spy)
+    torch.manual_seed(0)
+    cfg = small("block", 8, n_layer=8)
+    fast, ref = fast_and_reference(cfg, fused=False)
+    x, target = tokens(cfg), tokens(cfg, seed=1)
+    for model in (fast, ref):
+        F.cross_entropy(model(x).flatten(0, 1), target.flatten()).backward()
+    assert consumed == [True] and any(ahead_calls)  # slot 0 alone took the torch ops, with its group's partial
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("residual,n_blocks", [("full", 1), ("block", 2)])
 def test_the_first_block_reads_the_embedding_itself(residual, n_blocks):
     """The first block's only source is the embedding (every depth weight is 1), so its sublayers read the
