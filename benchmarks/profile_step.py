@@ -3,13 +3,16 @@
     python benchmarks/profile_step.py                                   # cpu_depth's deepest cell, d48 x 12 layers
     python benchmarks/profile_step.py --sizes 48x24 --variants baseline,block4 --steps 20
     python benchmarks/profile_step.py --variants baseline,baseline-compiled,block4,block4-compiled
+    python benchmarks/profile_step.py --sizes 256x8 --heads 4 --seq-len 256 --batch 8 --threads 2 \
+        --variants block8-ungrouped,block8,full-ungrouped,full          # bench_step.py's size; its variant suffixes
 
 For each variant, side by side in one process (a shared machine drifts: compare the shares and ratios, not the
 milliseconds): the step split into forward, backward and optimizer by wall clock; the profiler's self time of
 every op grouped by what it does (matmuls, the token attention, the depth mixing, norms, element-wise, the
 optimizer's kernels, the rest); the achieved FLOP/s of the whole step (the model's training FLOPs, the
 convention of attnres.costs) against the FLOP/s one torch.mm reaches at the step's own matmul shapes and at a
-large square one. One torch thread, as the studies train.
+large square one. One torch thread by default, as the studies train. Variant names are bench_step.py's, with its
+suffixes (``-eager``, ``-ungrouped``, ...), and ``-compiled`` for runtime.compile=true.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import Runner, native_kernels, variant_config  # noqa: E402  (a sibling script, not a package)
+from bench_step import Runner, build_model, native_kernels, variant_config  # noqa: E402  (a sibling script)
 
 from attnres.costs import training_flops_per_token  # noqa: E402
-from attnres.model import AttnResLM, compile_model  # noqa: E402
+from attnres.runtime import pin_malloc  # noqa: E402
 
 GROUPS = (  # (group, substrings of the op name), first match wins
     ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv")),
@@ -108,9 +111,7 @@ COMPILED = "-compiled"  # variant suffix: runtime.compile=true (attnres.model.co
 def make_runner(name: str, d_model: int, n_layer: int, n_head: int, seq_len: int, batch: int) -> Runner:
     torch.manual_seed(0)
     cfg = variant_config(name.replace(COMPILED, ""), d_model, n_layer, seq_len, n_head)
-    model = AttnResLM(cfg)
-    if COMPILED in name:
-        model = compile_model(model, fuse_depth=False)
+    model = build_model(name.replace(COMPILED, ""), cfg, torch.device("cpu"), compile=COMPILED in name, fused=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq_len + 1))
     return Runner(name, model, opt, tokens, autocast=False)
@@ -138,11 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the studies train with 1)")
     parser.add_argument(
         "--agree", type=int, default=30, help="steps of the eager and compiled twins' loss trajectories compared"
     )
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    pin_malloc()  # as training and bench_step.py do: no variant pays page faults for the heap the others left
     tokens = args.batch * args.seq_len
     for size in args.sizes.split(","):
         d_model, n_layer = (int(x) for x in size.split("x"))
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
         peak_here = max(mm_flops_per_s(*s) for s in shapes)
         peak_large = mm_flops_per_s(1024, 1024, 1024)
         print(
-            f"d_model {d_model} x {n_layer} layers, {args.batch} x {args.seq_len} tokens a step, 1 thread; torch.mm "
+            f"d_model {d_model} x {n_layer} layers, {args.batch} x {args.seq_len} tokens a step, {args.threads} "
+            f"thread(s); torch.mm "
             f"reaches {peak_here / 1e9:.1f} GFLOP/s at the step's shapes ({tokens}x{d_model}x{4 * d_model}) and "
             f"{peak_large / 1e9:.1f} at 1024^3"
         )
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 "  self time by group: "
                 + ", ".join(
-                    f"{g} {s / profiled:.0%}"
+                    f"{g} {s / profiled:.0%} ({1e3 * s:.1f} ms)"
                     for g, s in sorted(groups.items(), key=lambda kv: -kv[1])
                     if s / profiled >= 0.01
                 )
