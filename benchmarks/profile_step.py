@@ -6,10 +6,10 @@
     python benchmarks/profile_step.py --sizes 256x8 --heads 4 --seq-len 256 --batch 8 --threads 2 \
         --variants block8-ungrouped,block8,full-ungrouped,full          # bench_step.py's size; its variant suffixes
 
-For each variant, side by side in one process (a shared machine drifts: compare the shares and ratios, not the
-milliseconds): the step split into forward, backward and optimizer by wall clock; the profiler's self time of
-every op grouped by what it does (matmuls, the token attention, the depth mixing, norms, element-wise, the
-optimizer's kernels, the rest); the achieved FLOP/s of the whole step (the model's training FLOPs, the
+For each variant, side by side in one process, their steps in turn (a shared machine drifts: compare the shares
+and ratios more than the milliseconds): the step split into forward, backward and optimizer by wall clock; the
+profiler's self time of every op grouped by what it does (matmuls, the token attention, the depth mixing, norms,
+element-wise, the optimizer's kernels, the rest); the achieved FLOP/s of the whole step (the model's training FLOPs, the
 convention of attnres.costs) against the FLOP/s one torch.mm reaches at the step's own matmul shapes and at a
 large square one. One torch thread by default, as the studies train. Variant names are bench_step.py's, with its
 suffixes (``-eager``, ``-ungrouped``, ...), and ``-compiled`` for runtime.compile=true.
@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -56,10 +57,16 @@ def group_of(name: str) -> str:
     return "other"
 
 
-def phases(runner: Runner, steps: int) -> dict[str, float]:
-    """Median seconds of forward, backward and optimizer (with zero_grad) over ``steps`` steps."""
-    times: dict[str, list[float]] = defaultdict(list)
-    for _ in range(steps):
+def turns(runners: list[Runner], steps: int) -> Iterator[Runner]:
+    """Every runner ``steps`` times, in turn, the order rotated each round: the variants share a machine's drift."""
+    for step in range(steps):
+        yield from runners[step % len(runners) :] + runners[: step % len(runners)]
+
+
+def phases(runners: list[Runner], steps: int) -> dict[str, dict[str, float]]:
+    """Per variant, median seconds of forward, backward and optimizer (with zero_grad) over ``steps`` steps."""
+    times: dict[str, dict[str, list[float]]] = {r.name: defaultdict(list) for r in runners}
+    for runner in turns(runners, steps):
         with native_kernels("-eager" not in runner.name):
             t0 = time.perf_counter()
             logits = runner.model(runner.tokens[:, :-1])
@@ -70,27 +77,35 @@ def phases(runner: Runner, steps: int) -> dict[str, float]:
         runner.opt.step()
         runner.opt.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
-        times["forward"].append(t1 - t0)
-        times["backward"].append(t2 - t1)
-        times["optimizer"].append(t3 - t2)
-    return {k: statistics.median(v) for k, v in times.items()}
+        times[runner.name]["forward"].append(t1 - t0)
+        times[runner.name]["backward"].append(t2 - t1)
+        times[runner.name]["optimizer"].append(t3 - t2)
+    return {name: {k: statistics.median(v) for k, v in phase.items()} for name, phase in times.items()}
 
 
-def op_groups(runner: Runner, steps: int) -> tuple[dict[str, float], list[tuple[str, float, int]]]:
-    """Self CPU time per group (seconds a step) and the ten costliest ops (name, seconds a step, calls a step)."""
+def op_groups(runners: list[Runner], steps: int) -> dict[str, tuple[dict[str, float], list[tuple[str, float, int]]]]:
+    """Per variant, self CPU time per group (seconds a step) and the ten costliest ops (name, seconds a step, calls a
+    step): each step profiled alone, the variants' steps in turn (rotating the order), so they share the drift."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
+    seconds: dict[str, dict[str, float]] = {r.name: defaultdict(float) for r in runners}
+    counts: dict[str, dict[str, int]] = {r.name: defaultdict(int) for r in runners}
+    for runner in turns(runners, steps):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
             runner.step()
-    groups: dict[str, float] = defaultdict(float)
-    ops = []
-    for event in prof.key_averages():
-        seconds = event.self_cpu_time_total / 1e6 / steps
-        groups[group_of(event.key)] += seconds
-        ops.append((event.key, seconds, event.count // steps))
-    ops.sort(key=lambda op: -op[1])
-    return dict(groups), ops[:10]
+        for event in prof.key_averages():
+            seconds[runner.name][event.key] += event.self_cpu_time_total / 1e6 / steps
+            counts[runner.name][event.key] += event.count
+    result = {}
+    for runner in runners:
+        groups: dict[str, float] = defaultdict(float)
+        for key, s in seconds[runner.name].items():
+            groups[group_of(key)] += s
+        ops = sorted(
+            ((k, s, counts[runner.name][k] // steps) for k, s in seconds[runner.name].items()), key=lambda op: -op[1]
+        )
+        result[runner.name] = (dict(groups), ops[:10])
+    return result
 
 
 def mm_flops_per_s(m: int, k: int, n: int, seconds: float = 0.3) -> float:
@@ -165,11 +180,13 @@ def main(argv: list[str] | None = None) -> None:
             f"{peak_large / 1e9:.1f} at 1024^3"
         )
         base_step = None
+        profiles = op_groups(runners, max(2, args.steps // 2))
+        timed = phases(runners, args.steps)
         for r in runners:
-            times = phases(r, args.steps)
+            times = timed[r.name]
             step = sum(times.values())
             base_step = base_step or step
-            groups, top = op_groups(r, max(2, args.steps // 2))
+            groups, top = profiles[r.name]
             profiled = sum(groups.values())
             achieved = training_flops_per_token(r.model.cfg) * tokens / step
             print(

@@ -346,3 +346,11 @@ def test_the_step_profile_groups_ops_by_what_they_do(op, group):
     from benchmarks import profile_step
 
     assert profile_step.group_of(op) == group
+
+
+def test_the_step_profile_takes_the_variants_in_turn():
+    """Each variant's steps alternate with the others', the order rotated each round, so they share the drift."""
+    from benchmarks import profile_step
+
+    order = [name for name in profile_step.turns(["a", "b", "c"], 4)]
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
