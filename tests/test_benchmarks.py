@@ -352,5 +352,5 @@ def test_the_step_profile_takes_the_variants_in_turn():
     """Each variant's steps alternate with the others', the order rotated each round, so they share the drift."""
     from benchmarks import profile_step
 
-    order = [name for name in profile_step.turns(["a", "b", "c"], 4)]
+    order = list(profile_step.turns(["a", "b", "c"], 4))
     assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
