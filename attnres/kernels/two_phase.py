@@ -81,7 +81,7 @@ class Buffers:
         eps: float,
         fused: bool = False,
         gather: bool = False,
-        group: bool = True,
+        plan: dict[int, tuple[int, ...]] | None = None,
     ) -> None:
         b, t, d = like.shape
         dtype = torch.promote_types(like.dtype, torch.float32)
@@ -92,11 +92,11 @@ class Buffers:
         self.gather = gather
         # gather: query -> what it kept for the slots it read
         self.pending: dict[int, Kept] = {}
-        # gather, natively: a group of slots shares its readers' reads (gather_plan); slot -> (its partial sum of the
-        # readers from query ``below`` on, below), formed by its group's top slot
-        self.group = group
+        # gather, natively: a group of slots shares its readers' reads, top slot -> its lower slots (gather_plan; none:
+        # each slot reads all of its readers); slot -> (its partial sum of the readers from query ``below`` on, below),
+        # formed by its group's top slot
+        self.plan = plan or {}
         self.partials: dict[int, tuple[Tensor, int]] = {}
-        self.firsts: list[int | None] = [None] * slots  # each slot's first reader, recorded by its Deposit
         self.values = like.new_empty(slots, b, t, d, dtype=dtype)  # (M, B, T, D)
         self.source0 = like  # slot 0's value (the embedding) as a tensor of its own: the first block reads it
         self.logits = like.new_empty(slots, queries, b, t, dtype=dtype)  # (M, Q, B, T)
@@ -225,7 +225,6 @@ class Deposit(Function):
                 logits.mul_(r)
         ctx.bufs, ctx.slot, ctx.first, ctx.summed = bufs, slot, first, prev is not None
         ctx.last_dtype = last.dtype
-        bufs.firsts[slot] = first
         ctx.save_for_backward(u)
         return last.new_empty(0)
 
@@ -342,11 +341,11 @@ class Phase1(Function):
         return (None,) * len(ctx.needs_input_grad)
 
 
-def _readers(bufs: Buffers, first: int, below: int | None = None) -> list[int]:
-    """The queries from ``first`` on (below ``below``: its group's top slot gathered the rest) that kept a gradient for
-    a slot to gather, in descending query order."""
-    top = bufs.logits.shape[1] if below is None else below
-    return [q for q in range(top - 1, first - 1, -1) if q in bufs.pending]
+def _readers(bufs: Buffers, slot: int, first: int) -> tuple[Tensor | None, list[int]]:
+    """What ``slot`` gathers: the partial sum its group's top slot formed (None if none did), and the queries from
+    ``first`` on that kept a gradient and that partial does not cover (those below the top's), in descending order."""
+    partial, below = bufs.partials.pop(slot, (None, bufs.logits.shape[1]))
+    return partial, [q for q in range(below - 1, first - 1, -1) if q in bufs.pending]
 
 
 @cache
@@ -390,8 +389,7 @@ def _gather(bufs: Buffers, slot: int, first: int) -> Tensor | None:
     the partial sum the top formed and gathers only the readers below the top's (:func:`gather_plan`). Torch ops; the
     native kernels do this and the deposit's logits' path at once (:func:`_gather_native`).
     """
-    partial, below = bufs.partials.pop(slot, (None, None))  # a native group's top slot formed it
-    readers = _readers(bufs, first, below)
+    partial, readers = _readers(bufs, slot, first)  # a partial: its group's top slot ran natively
     if not readers and partial is None:
         return None
     x = bufs.values[slot].flatten(0, 1)  # (N, D)
@@ -417,12 +415,9 @@ def _gather_native(bufs: Buffers, slot: int, first: int, u: Tensor) -> tuple[Ten
     slot of a group (:func:`gather_plan`) also forms its lower slots' partial sums of its readers, in the same pass over
     their rows, and once a group ends at the embedding's slot its readers are let go: no slot left reads them."""
     x = bufs.values[slot].flatten(0, 1)  # (N, D)
-    partial, below = bufs.partials.pop(slot, (None, None))
-    readers = _readers(bufs, first, below)
+    partial, readers = _readers(bufs, slot, first)
     kept = [bufs.pending[q] for q in readers]
-    ahead = ()
-    if bufs.group and readers and None not in bufs.firsts:  # every slot deposited: the plan knows its readers
-        ahead = gather_plan(tuple(bufs.firsts), bufs.logits.shape[1]).get(slot, ())
+    ahead = bufs.plan.get(slot, ()) if readers else ()
     empty = x.new_empty(0)
     dx, dzr, *partials = cpu_kernels.ops().deposit_backward(
         x,

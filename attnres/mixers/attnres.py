@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnres.config import ModelConfig
-from attnres.kernels.two_phase import Buffers, Deposit, Merge, Phase1, no_autocast
+from attnres.kernels.two_phase import Buffers, Deposit, Merge, Phase1, gather_plan, no_autocast
 from attnres.mixers.base import DepthMixer, DepthState, Recorder, at_least_fp32
 
 
@@ -56,6 +56,8 @@ class _AttnResBase(DepthMixer):
         self.starts = starts
         self.ends = starts[1:] + (cfg.n_sublayers,)
         self.block_of = [max(k for k, s in enumerate(starts) if s <= l) for l in range(cfg.n_sublayers)]
+        # slot j's first reader: query 0 for the embedding, the next block's first sublayer for a block's summary
+        self.first_reader = (0, *self.ends)
 
     def query_vectors(self, first: int, last: int) -> Tensor:
         """``w_l * g_l`` for queries first..last-1, in fp32: the key norm's gain folds into the query."""
@@ -103,7 +105,7 @@ class AttnRes(_AttnResBase):
             fused=self.fused,
             # the slots gather their readers' gradients in their own backward (attnres.kernels.two_phase.Buffers)
             gather=self.gather and not self.fused,
-            group=self.group,
+            plan=gather_plan(self.first_reader, self.n_sublayers + 1) if self.group else None,
         )
         state.u = self.query_vectors(0, self.n_sublayers + 1)  # (Q, D)
         state.tokens = [Deposit.apply(None, embedding, state.u, state.bufs, 0, 0)]
@@ -168,8 +170,6 @@ class TracedAttnRes(_AttnResBase):
         super().__init__(cfg)
         if like is not None:  # the same parameters (the same tensors): what an optimizer built on ``like`` steps
             self.pseudo_query, self.key_gain = like.pseudo_query, like.key_gain
-        # slot j's first reader: query 0 for the embedding, the next block's first sublayer for a block's summary
-        self.first_reader = (0, *self.starts[1:], cfg.n_sublayers)
 
     def start(self, embedding: Tensor, recorder: Recorder | None = None) -> DepthState:
         state = DepthState(embedding, recorder)
