@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from attnres.config import RuntimeConfig
@@ -129,6 +129,15 @@ class CpuShare:
             f"worker(s) x {threads} thread(s), and training will take longer than on an idle machine; --workers and "
             "--threads choose otherwise"
         )
+
+
+def say(line: str, file: TextIO | None = None) -> None:
+    """Print ``line`` with its newline in one write (to stderr unless ``file`` is given), for what is printed while
+    work runs. ``print`` writes the text and its newline apart, and a signal's handler (:func:`raise_on_termination`)
+    can run between the two: the stop's own message then continued the half-printed line."""
+    stream = sys.stderr if file is None else file
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def one_line_warnings(prefix: str) -> None:

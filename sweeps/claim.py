@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from attnres.config import RunConfig
+from attnres.runtime import say
 from attnres.storage import locks, schema
 
 FINAL = ("done", "diverged")  # outcomes a sweep does not train again (a diverged run diverges again)
@@ -99,17 +100,17 @@ def train_claimed(
             )
         with output_to(log_file):
             if log_file is not None:  # a header per attempt in the appended log
-                print(
+                say(
                     f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} on {socket.gethostname()}: "
                     f"{cfg.run_id}",
-                    flush=True,
+                    sys.stdout,
                 )
             try:
                 from attnres.training.run import latest_checkpoint, train
 
                 checkpoint = latest_checkpoint(run_dir)
                 if checkpoint:
-                    print(f"{cfg.run_id}: resuming from {checkpoint}", flush=True)
+                    say(f"{cfg.run_id}: resuming from {checkpoint}", sys.stdout)
                 result = train(cfg, run_dir, progress=False, callbacks=callbacks)
             except Exception as err:  # a failure of this run must not stop the sweep
                 traceback.print_exc()

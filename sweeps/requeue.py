@@ -19,8 +19,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from typing import Any
+
+from attnres.runtime import say
 
 
 def slurm_job_id() -> str | None:
@@ -42,11 +45,12 @@ def requeue_callback() -> Any | None:
             self.saved: str | None = None
 
         def on_signal(self, signum: int, frame: Any) -> None:
-            print(
-                f"received signal {signal.Signals(signum).name}: checkpoint and requeue at the end of this step",
-                flush=True,
-            )
             self.requested = True
+            name = signal.Signals(signum).name
+            try:
+                say(f"received signal {name}: checkpoint and requeue at the end of this step", sys.stdout)
+            except RuntimeError:  # it came in the middle of a write to stdout ("reentrant call"): the request holds
+                pass
 
         def on_train_batch_end(
             self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -63,7 +67,7 @@ def requeue_callback() -> Any | None:
                 if job:
                     done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
                     state = "requeued" if done.returncode == 0 else f"requeue failed ({done.stderr.strip()})"
-                    print(f"saved {path} at step {trainer.global_step}; job {job} {state}", flush=True)
+                    say(f"saved {path} at step {trainer.global_step}; job {job} {state}", sys.stdout)
             trainer.should_stop = True
 
     callback = RequeueOnSignal()

@@ -30,6 +30,7 @@ import getpass
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from attnres.config import ConfigError, RunConfig, from_dict
+from attnres.runtime import say
 from attnres.storage import locks
 
 SUBMITIT_DIR = ".submitit"
@@ -224,7 +226,7 @@ def train_task(cfg: RunConfig, run_dir: str) -> dict[str, Any]:
         # Busy, finished, or failed before it could train: the other ranks are waiting to hear it (after a
         # training, they heard "train" at its start and this rewrite reaches nobody).
         locks.announce(Path(run_dir), outcome.status)
-        print(f"{cfg.run_id}: {outcome.status}" + (f" ({outcome.error})" if outcome.error else ""), flush=True)
+        say(f"{cfg.run_id}: {outcome.status}" + (f" ({outcome.error})" if outcome.error else ""), sys.stdout)
         return dataclasses.asdict(outcome)
     from attnres.training.run import train
 

@@ -12,6 +12,7 @@ from typing import TextIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.cli_helpers import attnres
 from tests.synthetic_results import write_synthetic_results
@@ -175,3 +176,40 @@ def test_an_unreliable_interval_is_never_shown_without_its_mark(tmp_path):
     summary = reports.build_report(results, tmp_path / "report", formats=("png",), html=False, n_boot=50)
     table = [row for row in summary.report_md.read_text().splitlines() if row.startswith("| few |")]
     assert table and "(unreliable)" in table[0], table
+
+
+class StoppedAfterAWrite(io.StringIO):
+    """A stream whose first write lands and is followed by SIGTERM's :class:`Terminated`: Python runs a signal's
+    handler after each write that reaches a file, so a stop lands between two writes of one ``print``."""
+
+    def write(self, text: str) -> int:
+        super().write(text)
+        import signal
+
+        from attnres.runtime import Terminated
+
+        raise Terminated(signal.SIGTERM)
+
+
+def test_a_line_printed_while_work_runs_is_whole_when_a_stop_lands_after_its_write(monkeypatch):
+    """The CLI's "stopped by SIGTERM" line once continued a half-printed progress line ("... 126.35M tok/sattnres
+    data: stopped by SIGTERM ...", CI 2026-12-07): print() writes the text and its newline apart."""
+    from attnres.data.progress import PrepareProgress
+    from attnres.runtime import Terminated, say
+
+    stream = StoppedAfterAWrite()
+    with pytest.raises(Terminated):
+        print("a progress line", file=stream)
+    assert stream.getvalue() == "a progress line"  # the failure this guards against: print's newline is lost
+
+    shows = {
+        "say": lambda: say("a progress line"),
+        "a unit's line": lambda: PrepareProgress(2**20, 2, 0, bar=False).unit_done({"unit": 0}),
+    }
+    for name, show in shows.items():
+        stream = StoppedAfterAWrite()
+        monkeypatch.setattr(sys, "stderr", stream)
+        with pytest.raises(Terminated):
+            show()
+        monkeypatch.undo()
+        assert stream.getvalue().count("\n") == 1 and stream.getvalue().endswith("\n"), (name, stream.getvalue())

@@ -31,7 +31,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from attnres.data import sources
 from attnres.data.errors import DataError
 from attnres.data.shards import ShardWriter, read_header, read_tokens
 from attnres.data.tokenizer import Tokenizer, builtin_tokenizer, load_tokenizer_file, parse_spec, train_bpe
+from attnres.runtime import say
 from attnres.storage import locks
 from attnres.storage.schema import atomic_write_bytes
 
@@ -86,10 +86,6 @@ def file_identity(files: list[Path]) -> list[dict[str, Any]]:
     return [{"path": str(f.resolve()), "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files]
 
 
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # ------------------------------------------------------------------------------------------------- tokenizer
 def _sample(files: list[Path], units: list[tuple[sources.Range, ...]], spec: PrepareSpec) -> Iterator[bytes]:
     """A bounded, seeded sample for training a BPE: units in a seeded order, at most ``sample_bytes`` in all and an
@@ -119,7 +115,7 @@ def _tokenizer(spec: PrepareSpec, out: Path, files: list[Path], units: list) -> 
     if kind == "file":
         tokenizer = load_tokenizer_file(value, spec.tokenizer)
     else:
-        _say(f"attnres data: training a {spec.tokenizer} tokenizer on up to {spec.sample_bytes / 2**20:.0f} MiB")
+        say(f"attnres data: training a {spec.tokenizer} tokenizer on up to {spec.sample_bytes / 2**20:.0f} MiB")
         tokenizer = train_bpe(value, _sample(files, units, spec))
     atomic_write_bytes(saved, tokenizer.json.encode())
     return tokenizer
@@ -330,7 +326,7 @@ def prepare(
     out.mkdir(parents=True, exist_ok=True)
     try:
         with locks.exclusive(
-            out / LOCK, wait=lambda who: _say(f"attnres data: waiting for {out}, being prepared by {who}")
+            out / LOCK, wait=lambda who: say(f"attnres data: waiting for {out}, being prepared by {who}")
         ):
             new = _check_request(out, spec, files)
             try:
@@ -374,7 +370,7 @@ def _prepare_locked(spec: PrepareSpec, out: Path, files: list[Path], workers: in
         digest = json.loads((out / MANIFEST).read_text())["tokenizer"]["hash"]
         if all(_unit_done(out, i, digest) is not None for i in range(len(units))):
             return
-        _say(f"attnres data: {out} has missing or damaged shards; rebuilding them")
+        say(f"attnres data: {out} has missing or damaged shards; rebuilding them")
         (out / MANIFEST).unlink()
     for stale in [*out.glob(".*.tmp"), *out.glob("units/.*.tmp")]:  # a killed preparation's; we hold the lock
         stale.unlink(missing_ok=True)

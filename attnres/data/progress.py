@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Any
 
+from attnres.runtime import say, terminal_ok
+
 
 class PrepareProgress:
     def __init__(self, total_bytes: int, units: int, skipped: int, bar: bool | None = None):
@@ -15,11 +17,9 @@ class PrepareProgress:
         self.start = time.monotonic()
         self.bar = None
         if bar is None:
-            from attnres.runtime import terminal_ok
-
             bar = terminal_ok(sys.stderr)  # a terminal with a size: tqdm draws nothing on one of 0 columns
         if skipped:
-            print(f"attnres data: {skipped} unit(s) already prepared, {units} to go", file=sys.stderr, flush=True)
+            say(f"attnres data: {skipped} unit(s) already prepared, {units} to go")
         if bar:
             from tqdm import tqdm
 
@@ -39,12 +39,10 @@ class PrepareProgress:
         self.done_units += 1
         if self.bar is None:
             elapsed = max(time.monotonic() - self.start, 1e-9)
-            print(
+            say(
                 f"attnres data: unit {record['unit']} done ({self.done_units}/{self.units}), "
                 f"{self.bytes / 2**20:,.0f} MiB read, {self.tokens:,} tokens, "
-                f"{self.bytes / 2**20 / elapsed:.1f} MiB/s, {self.tokens / elapsed / 1e6:.2f}M tok/s",
-                file=sys.stderr,
-                flush=True,
+                f"{self.bytes / 2**20 / elapsed:.1f} MiB/s, {self.tokens / elapsed / 1e6:.2f}M tok/s"
             )
 
     def close(self) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 from attnres.config import RunConfig, TrainConfig
 from attnres.costs import run_budget
+from attnres.runtime import say
 from attnres.storage import schema
 
 TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's trunks (not a scaling study: analysis.fitting.sweep_fits skips it)
@@ -100,10 +100,9 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     trunk = trunk_of(cfg)
     source = step_checkpoint(run_dir.parent.parent / trunk.sweep / trunk.run_id, start)
     if not source.is_file():
-        print(
+        say(
             f"{cfg.run_id}: no trunk checkpoint at step {start} ({source}); training the branch from step 0 (the "
-            "same run, more compute)",
-            file=sys.stderr,
+            "same run, more compute)"
         )
         return None
     checkpoint = torch.load(source, map_location="cpu", weights_only=False)
@@ -128,7 +127,7 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     tmp = ready.with_suffix(".tmp")
     torch.save(checkpoint, tmp)
     os.replace(tmp, ready)
-    print(f"{cfg.run_id}: starting from its trunk's checkpoint at step {start} ({source})", file=sys.stderr)
+    say(f"{cfg.run_id}: starting from its trunk's checkpoint at step {start} ({source})")
     return str(ready)
 
 

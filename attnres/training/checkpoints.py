@@ -21,13 +21,13 @@ No torch at import (status reads it); the CheckpointIO class is built on first u
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
+from attnres import runtime
 from attnres.storage import schema
 from attnres.training.branches import BRANCH_START
 
@@ -78,7 +78,7 @@ def checkpoint_state(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]
 def resume_checkpoint(run_dir: Path, say: Any = None) -> str | None:
     """The checkpoint to resume ``run_dir`` from, each damaged one before it set aside as ``NAME.damaged-<time>``
     with one line (to stderr, the run's log in a sweep); None: train from step 0."""
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    say = say or runtime.say
     found = candidates(run_dir)
     for i, path in enumerate(found):
         why = checkpoint_problem(path)
@@ -105,7 +105,7 @@ def remove_temporaries(run_dir: Path, say: Any = None) -> list[Path]:
     of a checkpoint half written when the process was killed, as large as a checkpoint; a parquet file's), with one
     line naming them. Called by :func:`attnres.training.run.train` with the run's lock held, before the run starts or
     resumes: only the lock's holder writes them, so none is being written."""
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    say = say or runtime.say
     found = sorted(
         p
         for folder in (run_dir, run_dir / schema.CHECKPOINT_DIR)

@@ -10,6 +10,7 @@ writes; every rank computes what rank 0 writes (under FSDP the diagnostics' forw
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import pyarrow as pa
 from attnres.config import RunConfig
 from attnres.costs import FLOPS_CONVENTION, Budget
 from attnres.data.corpus import bits_per_byte
-from attnres.runtime import git_sha, now_iso, versions
+from attnres.runtime import git_sha, now_iso, say, versions
 from attnres.storage import schema
 
 
@@ -179,7 +180,7 @@ class RunLogger(L.Callback):
         self.last["train_loss"] = loss
         lr = pl_module.step_lr  # this step's rate: the optimizer's group holds the next step's by now
         if trainer.progress_bar_callback is None and trainer.is_global_zero:  # a batch job: a plain line instead
-            print(self.log_line(step, pl_module.steps, loss, lr, rate), flush=True)
+            say(self.log_line(step, pl_module.steps, loss, lr, rate), sys.stdout)
         self.metrics.append(
             {
                 **self._at(step),
