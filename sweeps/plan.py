@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from attnres.config import DataConfig
 from attnres.costs import run_budget, states_problem
 from attnres.data.order import repeat_fraction
-from attnres.runtime import available_memory_gib
+from attnres.runtime import available_memory_gib, say
 from attnres.training.branches import branch_step
 from sweeps.claim import read_status
 from sweeps.expansion import expand_runs, make_run, variant_labels
@@ -293,9 +292,7 @@ def plan_rows(
     data = {cfg: data_summary(cfg) for cfg in {run.cfg.data for run in runs}}
     shapes = {run.cfg.model for run in runs if run.cfg.runtime.device_memory_gb is not None}
     if len(shapes) > 2:  # a second or more each: say so, rather than seem to hang
-        print(
-            f"estimating the memory of {len(shapes)} model shapes (a simulated training step each) ...", file=sys.stderr
-        )
+        say(f"estimating the memory of {len(shapes)} model shapes (a simulated training step each) ...")
     # this machine's memory, for the runs it would train without runtime.device_memory_gb (the lower bound only:
     # weights, gradients and optimizer state; no torch), as `attnres sweep run` and `attnres train` check it
     here = available_memory_gib() if launcher == "local" else None

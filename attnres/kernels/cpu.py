@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from attnres.runtime import cpu_cores
+from attnres.runtime import cpu_cores, say
 
 if TYPE_CHECKING:
     from attnres.config import RunConfig
@@ -77,7 +77,7 @@ def ops() -> ModuleType | None:
         build = build_dir()
 
         def waiting(who: str) -> None:
-            print(f"attnres: waiting for {who}, which is building the native CPU kernels in {build}", file=sys.stderr)
+            say(f"attnres: waiting for {who}, which is building the native CPU kernels in {build}")
 
         # One build at a time, across processes and nodes sharing the cache, under a lock the kernel drops when its
         # holder dies. torch's own lock file (``lock``) is not: a builder killed mid-build (SIGKILL, pre-emption)
@@ -87,7 +87,7 @@ def ops() -> ModuleType | None:
             (build / "lock").unlink(missing_ok=True)
             _use_package_ninja(build)
             if not (build / "attnres_depth_native.so").exists():
-                print(f"attnres: building the CPU kernels (once{_build_time()}) in {build}", file=sys.stderr)
+                say(f"attnres: building the CPU kernels (once{_build_time()}) in {build}")
             cflags, ldflags = _flags()
             return cpp_extension.load(
                 name="attnres_depth_native",
