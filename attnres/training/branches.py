@@ -90,6 +90,7 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     """
     import torch
 
+    from attnres.training.checkpoints import write_verified  # it imports this module: here, not at the top
     from attnres.training.module import build_scheduler
     from attnres.training.optimizer import saved_param_groups
 
@@ -123,10 +124,9 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     checkpoint["callbacks"] = {k: v for k, v in checkpoint["callbacks"].items() if not k.startswith("ModelCheckpoint")}
     for group, lr in zip(groups, scheduler.get_last_lr()):
         group["lr"] = lr
-    ready.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ready.with_suffix(".tmp")
-    torch.save(checkpoint, tmp)
-    os.replace(tmp, ready)
+    # verified and moved into place, as the run's own checkpoints are: a kill or a full disk part way leaves no
+    # checkpoint-sized file behind, and the disk's error names this file
+    write_verified(ready, lambda f: torch.save(checkpoint, f))
     say(f"{cfg.run_id}: starting from its trunk's checkpoint at step {start} ({source})")
     return str(ready)
 

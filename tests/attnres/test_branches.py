@@ -78,3 +78,52 @@ def test_branch_budgets_beyond_the_stable_trunk_are_refused():
     assert {r.cfg.train.warmup_tokens for r in runs} == {round(0.1 * 1024)}
     with pytest.raises(ConfigError, match="branches.decay_frac must be a fraction"):
         load_grid({**GRID, "branches": {"decay_frac": 1.5}})
+
+
+def test_a_branch_start_cut_short_leaves_nothing_and_a_whole_one_is_the_only_file(tmp_path, monkeypatch):
+    """The branch's start checkpoint is written as the run's own are (verified, then moved into place): a full disk
+    part way leaves no file (it left a checkpoint-sized ``branch-start.tmp`` that nothing removed) and says so."""
+    import contextlib
+    import errno
+    import os
+
+    import torch
+
+    from attnres.training.branches import BRANCH_START, branch_start, step_checkpoint
+
+    branch = expand_runs(load_grid(GRID))[1].cfg
+    run_dir = tmp_path / "res" / branch.sweep / branch.run_id
+    trunk = trunk_of(branch)
+    start = branch_step(branch)
+    source = step_checkpoint(tmp_path / "res" / trunk.sweep / trunk.run_id, start)
+    source.parent.mkdir(parents=True)
+    torch.save(  # a trunk's checkpoint as branch_start reads it: its step, its optimizer's groups, its loop's state
+        {
+            "global_step": start,
+            "optimizer_states": [{"param_groups": [{"lr": 1e-3, "params": [0]}], "state": {}}],
+            "loops": {"fit_loop": {"epoch_loop.batch_progress": {"is_last_batch": True}}},
+            "callbacks": {"ModelCheckpoint{}": {}},
+            "state_dict": {"w": torch.ones(4096)},
+        },
+        source,
+    )
+    saved = torch.save
+
+    def full_disk(obj, f):  # noqa: ANN001 (torch.save's signature: a path or a file)
+        with open(f, "wb") if isinstance(f, (str, os.PathLike)) else contextlib.nullcontext(f) as out:
+            out.write(b"PK\x03\x04" + b"\0" * 4096)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        branch_start(branch, run_dir)
+    assert raised.value.filename == str(run_dir / "checkpoints" / BRANCH_START)
+    folder = run_dir / "checkpoints"
+    assert not folder.is_dir() or list(folder.iterdir()) == [], list(folder.iterdir())
+
+    monkeypatch.setattr(torch, "save", saved)
+    assert branch_start(branch, run_dir) == str(folder / BRANCH_START)
+    assert [p.name for p in folder.iterdir()] == [BRANCH_START]
+    ready = torch.load(folder / BRANCH_START, weights_only=False)
+    assert ready["loops"]["fit_loop"]["epoch_loop.batch_progress"]["is_last_batch"] is False
+    assert ready["callbacks"] == {} and torch.equal(ready["state_dict"]["w"], torch.ones(4096))
