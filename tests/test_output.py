@@ -213,3 +213,25 @@ def test_a_line_printed_while_work_runs_is_whole_when_a_stop_lands_after_its_wri
             show()
         monkeypatch.undo()
         assert stream.getvalue().count("\n") == 1 and stream.getvalue().endswith("\n"), (name, stream.getvalue())
+
+
+def test_the_requeue_signal_holds_when_its_line_cannot_be_printed(monkeypatch):
+    """SIGUSR1's handler prints a line; arriving in the middle of a write to stdout, that print raises "reentrant
+    call". The request to checkpoint and requeue must hold all the same (it was set after the print)."""
+    import signal
+
+    from sweeps.requeue import requeue_callback
+
+    class MidWrite(io.StringIO):
+        def write(self, text: str) -> int:
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stdout>'>")
+
+    saved = signal.getsignal(signal.SIGUSR1)
+    try:
+        callback = requeue_callback()
+        assert callback is not None  # pytest runs tests in the main thread
+        monkeypatch.setattr(sys, "stdout", MidWrite())
+        callback.on_signal(signal.SIGUSR1, None)
+        assert callback.requested
+    finally:
+        signal.signal(signal.SIGUSR1, saved)
