@@ -22,9 +22,9 @@ from attnres.config import RunConfig, TrainConfig
 from attnres.costs import run_budget
 from attnres.runtime import say
 from attnres.storage import schema
+from attnres.training.checkpoints import BRANCH_START, write_verified
 
 TRUNK_SUFFIX = "-trunk"  # the sweep of a grid's trunks (not a scaling study: analysis.fitting.sweep_fits skips it)
-BRANCH_START = "branch-start.ckpt"  # in a branch's checkpoint folder: the trunk's checkpoint, its schedule rebuilt
 
 
 def step_checkpoint(run_dir: Path, step: int) -> Path:
@@ -90,7 +90,6 @@ def branch_start(cfg: RunConfig, run_dir: Path) -> str | None:
     """
     import torch
 
-    from attnres.training.checkpoints import write_verified  # it imports this module: here, not at the top
     from attnres.training.module import build_scheduler
     from attnres.training.optimizer import saved_param_groups
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from attnres import runtime
 from attnres.storage import schema
-from attnres.training.branches import BRANCH_START
 
 LAST = "last.ckpt"
+BRANCH_START = "branch-start.ckpt"  # in a branch's checkpoint folder: the trunk's checkpoint, its schedule rebuilt
 
 
 def checkpoint_problem(path: Path, thorough: bool = True) -> str | None:
