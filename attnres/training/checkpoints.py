@@ -24,6 +24,7 @@ import os
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +76,9 @@ def checkpoint_state(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]
     return None, damaged
 
 
-def resume_checkpoint(run_dir: Path, say: Any = None) -> str | None:
+def resume_checkpoint(run_dir: Path, say: Callable[[str], None] = runtime.say) -> str | None:
     """The checkpoint to resume ``run_dir`` from, each damaged one before it set aside as ``NAME.damaged-<time>``
     with one line (to stderr, the run's log in a sweep); None: train from step 0."""
-    say = say or runtime.say
     found = candidates(run_dir)
     for i, path in enumerate(found):
         why = checkpoint_problem(path)
@@ -100,12 +100,11 @@ def resume_checkpoint(run_dir: Path, say: Any = None) -> str | None:
 TEMPORARY = ".*.tmp"
 
 
-def remove_temporaries(run_dir: Path, say: Any = None) -> list[Path]:
+def remove_temporaries(run_dir: Path, say: Callable[[str], None] = runtime.say) -> list[Path]:
     """Remove the temporary files killed writes left in a run folder and its checkpoints (a ``.last.ckpt.<random>.tmp``
     of a checkpoint half written when the process was killed, as large as a checkpoint; a parquet file's), with one
     line naming them. Called by :func:`attnres.training.run.train` with the run's lock held, before the run starts or
     resumes: only the lock's holder writes them, so none is being written."""
-    say = say or runtime.say
     found = sorted(
         p
         for folder in (run_dir, run_dir / schema.CHECKPOINT_DIR)
